@@ -1,0 +1,217 @@
+//! Trigger metadata → typed configuration, parsed once per distinct
+//! (namespace, name, metadata). Every error names the key, the (redacted) value and
+//! the ScaledObject.
+
+mod keys;
+mod reader;
+
+pub use keys::{KeyDoc, KEDA_KEYS, KEYS};
+pub use reader::Metadata;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::sources::SourceConfig;
+
+/// `namespace/name` of a ScaledObject (all KEDA tells us about it besides metadata).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ScalerId {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ScalerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One bad key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("ScaledObject {scaled_object}: {}{reason}", value_part(.key, .value))]
+pub struct ConfigError {
+    pub scaled_object: String,
+    pub key: String,
+    /// The offending value, already redacted; `None` when the key is missing.
+    pub value: Option<String>,
+    pub reason: String,
+}
+
+fn value_part(key: &str, value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!("key \"{key}\" = \"{v}\": "),
+        None => format!("key \"{key}\": "),
+    }
+}
+
+/// Every error found in one metadata map (a parse reports all of them, not the first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+/// How the answer to KEDA is produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The warm-up-aware planner's replicas (default).
+    Predictive,
+    /// Answer reactively; compute and expose what the planner would have done.
+    Shadow,
+    /// Answer reactively only: `ceil(max(value / perReplica))`.
+    Reactive,
+}
+
+/// Warm-up: a fixed number of seconds, or measured from the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Warmup {
+    Seconds(f64),
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ForecastModel {
+    Auto,
+    Smoothing,
+    HoltWinters,
+    SeasonalNaive,
+}
+
+/// Planner settings shared by every source of one ScaledObject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannerSettings {
+    pub mode: Mode,
+    pub warmup: Warmup,
+    /// Requests/s one replica serves at SLO; when absent, demand is planned in
+    /// replica-equivalents of the signals.
+    pub capacity_per_replica: Option<f64>,
+    pub slo_seconds: f64,
+    pub scale_to_zero: bool,
+    pub forecast_model: ForecastModel,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+}
+
+/// The typed configuration of one ScaledObject trigger.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalerConfig {
+    pub id: ScalerId,
+    pub metric_name: String,
+    #[serde(with = "secs")]
+    pub sample: Duration,
+    #[serde(with = "secs")]
+    pub stale_after: Duration,
+    #[serde(with = "secs")]
+    pub source_timeout: Duration,
+    pub sources: Vec<SourceConfig>,
+    pub planner: PlannerSettings,
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// Parse a trigger's metadata. `id` is the ScaledObject the metadata came from.
+pub fn parse(id: &ScalerId, metadata: &BTreeMap<String, String>) -> Result<ScalerConfig, ConfigErrors> {
+    let mut md = Metadata::new(id, metadata);
+    let cfg = parse_with(&mut md);
+    md.finish(cfg)
+}
+
+fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
+    // KEDA's own keys are accepted and ignored.
+    for k in KEDA_KEYS {
+        md.consume(k);
+    }
+    let metric_name = md
+        .string("metricName")
+        .map(|v| {
+            let ok = !v.is_empty()
+                && v.len() <= 63
+                && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !ok {
+                md.error("metricName", Some(&v), "must be 1-63 characters of [a-z0-9-] (the HPA lowercases metric names)");
+            }
+            v
+        })
+        .unwrap_or_else(|| "prescale-replicas".to_string());
+    let sample = md.duration_secs("sampleSeconds", 5.0, 1.0, 3600.0);
+    let stale_after = md.duration_secs("staleAfterSeconds", 30.0, 1.0, 86_400.0);
+    let source_timeout = md.duration_secs("sourceTimeoutSeconds", 2.0, 0.1, 60.0);
+    if let (Some(s), Some(st)) = (sample, stale_after) {
+        if st < s {
+            md.error(
+                "staleAfterSeconds",
+                Some(&format!("{}", st.as_secs_f64())),
+                &format!("must be at least sampleSeconds ({}), or every signal is stale between polls", s.as_secs_f64()),
+            );
+        }
+    }
+
+    let sources = crate::sources::parse_all(md);
+    let planner = parse_planner(md);
+    Some(ScalerConfig {
+        id: md.id().clone(),
+        metric_name,
+        sample: sample?,
+        stale_after: stale_after?,
+        source_timeout: source_timeout?,
+        sources,
+        planner: planner?,
+    })
+}
+
+fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
+    let mode = md.choice("mode", "predictive", &["predictive", "shadow", "reactive"]).map(|m| match m {
+        "shadow" => Mode::Shadow,
+        "reactive" => Mode::Reactive,
+        _ => Mode::Predictive,
+    });
+    let warmup = match md.string("warmupSeconds") {
+        None => Some(Warmup::Seconds(180.0)),
+        Some(v) if v.trim().eq_ignore_ascii_case("auto") => Some(Warmup::Auto),
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && (0.0..=7200.0).contains(&x) => Some(Warmup::Seconds(x)),
+            _ => {
+                md.error("warmupSeconds", Some(&v), "expected a number of seconds in [0, 7200] or \"auto\"");
+                None
+            }
+        },
+    };
+    let capacity_per_replica = md.opt_positive_f64("capacityPerReplica");
+    let slo_seconds = md.f64_in("sloSeconds", 5.0, 0.0, 86_400.0, false);
+    let scale_to_zero = md.bool("scaleToZero", false);
+    let forecast_model = md
+        .choice("forecastModel", "auto", &["auto", "smoothing", "holtWinters", "seasonalNaive"])
+        .map(|m| match m {
+            "smoothing" => ForecastModel::Smoothing,
+            "holtWinters" => ForecastModel::HoltWinters,
+            "seasonalNaive" => ForecastModel::SeasonalNaive,
+            _ => ForecastModel::Auto,
+        });
+    let min_replicas = md.u32("minReplicas", 0);
+    let max_replicas = md.u32("maxReplicas", 100);
+    if let (Some(lo), Some(hi)) = (min_replicas, max_replicas) {
+        if hi == 0 || lo > hi {
+            md.error("maxReplicas", Some(&hi.to_string()), &format!("must be at least 1 and at least minReplicas ({lo})"));
+        }
+    }
+    Some(PlannerSettings {
+        mode: mode?,
+        warmup: warmup?,
+        capacity_per_replica: capacity_per_replica?,
+        slo_seconds: slo_seconds?,
+        scale_to_zero: scale_to_zero?,
+        forecast_model: forecast_model?,
+        min_replicas: min_replicas?,
+        max_replicas: max_replicas?,
+    })
+}

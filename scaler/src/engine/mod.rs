@@ -1,0 +1,476 @@
+//! The engine: registry of ScaledObjects (parsed once per distinct metadata), shared
+//! pollers, one planning task per ScaledObject on aligned ticks, and the snapshot that
+//! the request path reads without I/O.
+
+pub mod clock;
+pub mod plan;
+pub mod poller;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{self, ConfigErrors, ScalerConfig, ScalerId};
+use crate::metrics::Metrics;
+use crate::sources::Shared;
+use clock::{now_ms, sleep_until_ms};
+use plan::SignalView;
+use poller::{next_tick, Poller};
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// A ScaledObject not asked about for this long is dropped.
+    pub idle_drop: Duration,
+    /// How long a first GetMetrics/IsActive waits for the first reading of a new
+    /// ScaledObject before answering UNAVAILABLE.
+    pub first_read_wait: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_secs(3) }
+    }
+}
+
+/// What the request path answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub replicas: u32,
+    pub active: bool,
+}
+
+/// Why there is no answer (KEDA's fallback applies): maps to gRPC UNAVAILABLE.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// The state of one ScaledObject at its latest tick.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub tick_ms: u64,
+    pub signals: Vec<SignalView>,
+    pub demand_replicas: Option<f64>,
+    pub driver: Option<String>,
+    pub active: bool,
+    /// What KEDA is answered.
+    pub replicas: u32,
+    pub reason: String,
+    /// The reactive answer (always computed, for comparison and shadow mode).
+    pub reactive_replicas: u32,
+    /// The planner's view (forecast, plan, reason) when it runs.
+    pub planner: Option<serde_json::Value>,
+}
+
+type Identity = (String, String, BTreeMap<String, String>);
+
+pub struct ScalerEntry {
+    identity: Identity,
+    pub config: Arc<ScalerConfig>,
+    pollers: Vec<Arc<Poller>>,
+    snapshot: RwLock<Option<Arc<Snapshot>>>,
+    ready: watch::Sender<bool>,
+    active: watch::Sender<bool>,
+    last_asked_ms: AtomicU64,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for ScalerEntry {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+}
+
+impl ScalerEntry {
+    pub fn touch(&self) {
+        self.last_asked_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Receives `true` on every inactive→active transition (StreamIsActive).
+    pub fn watch_active(&self) -> watch::Receiver<bool> {
+        self.active.subscribe()
+    }
+
+    /// The answer at `now_ms`, or why there is none (never a 0 for missing data).
+    pub fn answer(&self, now: u64) -> Result<Answer, Unavailable> {
+        let snap = self.snapshot().ok_or_else(|| {
+            Unavailable(format!("{}: no source has been read yet", self.config.id))
+        })?;
+        let stale_ms = self.config.stale_after.as_millis() as u64;
+        for s in &snap.signals {
+            let err = s.last_error.as_deref().unwrap_or("no error recorded");
+            match s.last_good_ms {
+                None => {
+                    return Err(Unavailable(format!(
+                        "{}: {} has not been read successfully yet; last error: {err}",
+                        self.config.id, s.label
+                    )))
+                }
+                Some(t) if now.saturating_sub(t) > stale_ms => {
+                    return Err(Unavailable(format!(
+                        "{}: {} is stale (last good read {:.0}s ago, staleAfterSeconds {}); last error: {err}",
+                        self.config.id,
+                        s.label,
+                        now.saturating_sub(t) as f64 / 1000.0,
+                        self.config.stale_after.as_secs_f64()
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Answer { replicas: snap.replicas, active: snap.replicas > 0 })
+    }
+
+    /// Wait (bounded) until the first snapshot exists.
+    pub async fn wait_ready(&self, max: Duration) {
+        let mut rx = self.ready.subscribe();
+        let _ = tokio::time::timeout(max, rx.wait_for(|r| *r)).await;
+    }
+}
+
+struct Inner {
+    opts: EngineOptions,
+    shared: Shared,
+    metrics: Arc<Metrics>,
+    scalers: RwLock<HashMap<u64, Vec<Arc<ScalerEntry>>>>,
+    /// Configs that failed to parse, so a bad ScaledObject is parsed once too.
+    rejected: Mutex<HashMap<u64, (Identity, ConfigErrors)>>,
+    pollers: Mutex<HashMap<String, Weak<Poller>>>,
+}
+
+/// The engine handle (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+fn identity_hash(namespace: &str, name: &str, md: &HashMap<String, String>) -> u64 {
+    // Order-independent over the map: sum of per-entry hashes.
+    let mut h = DefaultHasher::new();
+    (namespace, name).hash(&mut h);
+    let mut acc = h.finish();
+    for (k, v) in md {
+        let mut h = DefaultHasher::new();
+        (k, v).hash(&mut h);
+        acc = acc.wrapping_add(h.finish());
+    }
+    acc
+}
+
+fn same_identity(id: &Identity, namespace: &str, name: &str, md: &HashMap<String, String>) -> bool {
+    id.0 == namespace && id.1 == name && id.2.len() == md.len() && md.iter().all(|(k, v)| id.2.get(k) == Some(v))
+}
+
+impl Engine {
+    pub fn new(opts: EngineOptions, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                opts,
+                shared: Shared::new(),
+                metrics,
+                scalers: RwLock::new(HashMap::new()),
+                rejected: Mutex::new(HashMap::new()),
+                pollers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.opts
+    }
+
+    /// The entry for this ScaledObject trigger, registering it on first sight. The
+    /// metadata is parsed once per distinct (namespace, name, metadata).
+    pub fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        md: &HashMap<String, String>,
+    ) -> Result<Arc<ScalerEntry>, ConfigErrors> {
+        let h = identity_hash(namespace, name, md);
+        {
+            let map = self.inner.scalers.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md))) {
+                e.touch();
+                return Ok(e.clone());
+            }
+        }
+        {
+            let rej = self.inner.rejected.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((id, errs)) = rej.get(&h) {
+                if same_identity(id, namespace, name, md) {
+                    return Err(errs.clone());
+                }
+            }
+        }
+        let identity: Identity =
+            (namespace.to_string(), name.to_string(), md.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+        let id = ScalerId { namespace: namespace.to_string(), name: name.to_string() };
+        match config::parse(&id, &identity.2) {
+            Err(errs) => {
+                tracing::warn!(scaled_object = %id, error = %errs, "rejected ScaledObject metadata");
+                let mut rej = self.inner.rejected.lock().unwrap_or_else(|e| e.into_inner());
+                if rej.len() > 10_000 {
+                    rej.clear();
+                }
+                rej.insert(h, (identity, errs.clone()));
+                Err(errs)
+            }
+            Ok(cfg) => {
+                let mut map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
+                // Another request may have registered it meanwhile.
+                if let Some(e) =
+                    map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md)))
+                {
+                    e.touch();
+                    return Ok(e.clone());
+                }
+                let entry = self.register(identity, cfg);
+                map.entry(h).or_default().push(entry.clone());
+                self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
+                Ok(entry)
+            }
+        }
+    }
+
+    fn register(&self, identity: Identity, cfg: ScalerConfig) -> Arc<ScalerEntry> {
+        tracing::info!(scaled_object = %cfg.id, sources = cfg.sources.len(), mode = ?cfg.planner.mode, "tracking ScaledObject");
+        let pollers = cfg.sources.iter().map(|s| self.poller_for(s, &cfg)).collect();
+        let (ready, _) = watch::channel(false);
+        let (active, _) = watch::channel(false);
+        let entry = Arc::new(ScalerEntry {
+            identity,
+            config: Arc::new(cfg),
+            pollers,
+            snapshot: RwLock::new(None),
+            ready,
+            active,
+            last_asked_ms: AtomicU64::new(now_ms()),
+            task: Mutex::new(None),
+        });
+        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone()));
+        *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        entry
+    }
+
+    fn poller_for(&self, src: &crate::sources::SourceConfig, cfg: &ScalerConfig) -> Arc<Poller> {
+        let key = format!("{}|{}|{}", src.poll_key(), cfg.sample.as_millis(), cfg.source_timeout.as_millis());
+        let mut map = self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = map.get(&key).and_then(Weak::upgrade) {
+            return p;
+        }
+        let p = Poller::spawn(
+            src.kind(),
+            src.label(),
+            src.build(&self.inner.shared),
+            cfg.sample,
+            cfg.source_timeout,
+            self.inner.metrics.clone(),
+        );
+        map.insert(key, Arc::downgrade(&p));
+        p
+    }
+
+    /// Drop ScaledObjects not asked about for `idle_drop`, and what only they used.
+    pub async fn sweep(&self, now: u64) -> usize {
+        let idle = self.inner.opts.idle_drop.as_millis() as u64;
+        let removed: Vec<Arc<ScalerEntry>> = {
+            let mut map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
+            let mut removed = Vec::new();
+            for v in map.values_mut() {
+                let (keep, drop): (Vec<_>, Vec<_>) =
+                    v.drain(..).partition(|e| now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) <= idle);
+                *v = keep;
+                removed.extend(drop);
+            }
+            map.retain(|_, v| !v.is_empty());
+            self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
+            removed
+        };
+        for e in &removed {
+            tracing::info!(scaled_object = %e.config.id, "dropping ScaledObject not asked about");
+            let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
+            self.inner.metrics.demand.remove(&labels);
+            self.inner.metrics.planned.remove(&labels);
+        }
+        let n = removed.len();
+        drop(removed);
+        self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, w| w.strong_count() > 0);
+        self.inner.shared.amqp.gc().await;
+        self.refresh_gauges();
+        n
+    }
+
+    /// Update the gauges that are computed rather than counted.
+    pub fn refresh_gauges(&self) {
+        let m = &self.inner.metrics;
+        let pollers = self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner());
+        m.pollers.set(pollers.values().filter(|w| w.strong_count() > 0).count() as i64);
+        m.connections.get_or_create(&vec![("kind", "amqp".to_string())]).set(self.inner.shared.amqp.open_connections() as i64);
+    }
+
+    /// Every tracked ScaledObject: config, signals, plan, reason.
+    pub fn debug_view(&self) -> serde_json::Value {
+        let map = self.inner.scalers.read().unwrap_or_else(|e| e.into_inner());
+        let now = now_ms();
+        let mut items: Vec<serde_json::Value> = map
+            .values()
+            .flatten()
+            .map(|e| {
+                let snap = e.snapshot();
+                let answer = e.answer(now);
+                serde_json::json!({
+                    "scaledObject": e.config.id.to_string(),
+                    "config": &*e.config,
+                    "lastAskedSecondsAgo": now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) as f64 / 1000.0,
+                    "answer": match &answer {
+                        Ok(a) => serde_json::json!({"replicas": a.replicas, "active": a.active}),
+                        Err(u) => serde_json::json!({"unavailable": u.0}),
+                    },
+                    "signalAgesSeconds": snap.as_ref().map(|s| s.signals.iter().map(|g| g.last_good_ms.map(|t| now.saturating_sub(t) as f64 / 1000.0)).collect::<Vec<_>>()),
+                    "snapshot": snap.as_deref(),
+                })
+            })
+            .collect();
+        items.sort_by(|a, b| a["scaledObject"].as_str().cmp(&b["scaledObject"].as_str()));
+        serde_json::json!({ "scaledObjects": items })
+    }
+
+    /// Periodic sweep of idle ScaledObjects.
+    pub fn spawn_janitor(&self) -> JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let every = (engine.inner.opts.idle_drop / 20).clamp(Duration::from_millis(200), Duration::from_secs(30));
+            loop {
+                tokio::time::sleep(every).await;
+                engine.sweep(now_ms()).await;
+            }
+        })
+    }
+}
+
+/// The per-ScaledObject loop: at each aligned tick, wait for its pollers' reads of
+/// that tick (bounded), then plan and publish a snapshot.
+async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>) {
+    let (sample_ms, timeout_ms) = match weak.upgrade() {
+        Some(e) => (e.config.sample.as_millis().max(1) as u64, e.config.source_timeout.as_millis() as u64),
+        None => return,
+    };
+    let mut state = match weak.upgrade() {
+        Some(e) => ScalerState::new(&e.config),
+        None => return,
+    };
+    // First round: whatever each poller has, as soon as each has finished one read.
+    let mut tick = now_ms();
+    let mut first = true;
+    loop {
+        let Some(e) = weak.upgrade() else { return };
+        let deadline = if first { tick + timeout_ms * 4 + 1000 } else { tick + (sample_ms * 9 / 10).max(timeout_ms + 200) };
+        let want = if first { 1 } else { tick };
+        let rxs: Vec<_> = e.pollers.iter().map(|p| p.subscribe()).collect();
+        drop(e);
+        for mut rx in rxs {
+            let left = deadline.saturating_sub(now_ms());
+            let _ = tokio::time::timeout(Duration::from_millis(left), rx.wait_for(|t| *t >= want)).await;
+        }
+        let Some(e) = weak.upgrade() else { return };
+        let snap = state.step(&e, if first { now_ms() } else { tick });
+        publish(&e, snap, &metrics);
+        drop(e);
+        first = false;
+        tick = next_tick(now_ms() + 1, sample_ms);
+        sleep_until_ms(tick).await;
+    }
+}
+
+fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
+    let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
+    if let Some(d) = snap.demand_replicas {
+        metrics.demand.get_or_create(&labels).set(d);
+    }
+    metrics.planned.get_or_create(&labels).set(i64::from(snap.replicas));
+    let was_active = *e.active.borrow();
+    let now_active = snap.replicas > 0 && e.answer_for(&snap);
+    *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
+    if now_active != was_active {
+        e.active.send_replace(now_active);
+    }
+    e.ready.send_replace(true);
+}
+
+impl ScalerEntry {
+    /// True when every signal of the snapshot has a good reading (active pushes are
+    /// only sent for answerable snapshots).
+    fn answer_for(&self, snap: &Snapshot) -> bool {
+        snap.signals.iter().all(|s| s.last_good_ms.is_some())
+    }
+}
+
+/// Per-ScaledObject planning state, touched only by its task.
+struct ScalerState {
+    config: Arc<ScalerConfig>,
+}
+
+impl ScalerState {
+    fn new(config: &Arc<ScalerConfig>) -> Self {
+        Self { config: config.clone() }
+    }
+
+    fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
+        let signals: Vec<SignalView> = e
+            .pollers
+            .iter()
+            .zip(&self.config.sources)
+            .map(|(p, src)| {
+                let st = p.state();
+                let per = src.per_replica();
+                SignalView {
+                    kind: src.kind(),
+                    label: p.label.clone(),
+                    per_replica: per,
+                    value: st.last_good.as_ref().map(|(_, r)| r.value),
+                    replicas: st.last_good.as_ref().map(|(_, r)| r.value.max(0.0) / per),
+                    active: st.last_good.as_ref().is_some_and(|(_, r)| r.active),
+                    last_good_ms: st.last_good.as_ref().map(|(t, _)| *t),
+                    last_error: st.last_error.as_ref().map(|(_, m)| m.clone()),
+                    last_error_ms: st.last_error.as_ref().map(|(t, _)| *t),
+                    failures: st.failures,
+                    detail: st.last_good.map(|(_, r)| r.detail).unwrap_or_default(),
+                }
+            })
+            .collect();
+        let demand = plan::combine(&signals);
+        let (reactive, reason) = match &demand {
+            Some(d) => plan::reactive(d, &self.config.planner),
+            None => (0, "no reading yet".to_string()),
+        };
+        Snapshot {
+            tick_ms,
+            driver: demand.as_ref().and_then(|d| d.driver).map(|i| signals[i].label.clone()),
+            demand_replicas: demand.as_ref().map(|d| d.replicas),
+            active: demand.as_ref().is_some_and(|d| d.active),
+            replicas: reactive,
+            reason,
+            reactive_replicas: reactive,
+            planner: None,
+            signals,
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! HTTP: `/healthz`, `/readyz`, `/metrics`, `/debug/scalers`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::engine::Engine;
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub engine: Engine,
+    /// Set once the gRPC listener is bound; cleared on shutdown.
+    pub ready: Arc<AtomicBool>,
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/debug/scalers", get(debug))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+    s.engine.refresh_gauges();
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.engine.metrics().render(),
+    )
+}
+
+async fn debug(State(s): State<HttpState>) -> impl IntoResponse {
+    Json(s.engine.debug_view())
+}

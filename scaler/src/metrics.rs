@@ -1,0 +1,85 @@
+//! The scaler's own Prometheus metrics (served on `/metrics`), via `prometheus-client`.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type Labels = Vec<(&'static str, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    pub grpc_requests: Family<Labels, Counter>,
+    pub grpc_latency: Family<Labels, Histogram>,
+    pub source_polls: Family<Labels, Counter>,
+    pub source_errors: Family<Labels, Counter>,
+    pub source_latency: Family<Labels, Histogram>,
+    pub demand: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub planned: Family<Labels, Gauge<i64>>,
+    pub scaled_objects: Gauge<i64>,
+    pub pollers: Gauge<i64>,
+    pub connections: Family<Labels, Gauge<i64>>,
+}
+
+fn latency_hist() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.5, 14))
+}
+
+fn poll_hist() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("prescale");
+        let grpc_requests = Family::<Labels, Counter>::default();
+        let grpc_latency = Family::<Labels, Histogram>::new_with_constructor(latency_hist as fn() -> Histogram);
+        let source_polls = Family::<Labels, Counter>::default();
+        let source_errors = Family::<Labels, Counter>::default();
+        let source_latency = Family::<Labels, Histogram>::new_with_constructor(poll_hist as fn() -> Histogram);
+        let demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let planned = Family::<Labels, Gauge<i64>>::default();
+        let scaled_objects = Gauge::<i64>::default();
+        let pollers = Gauge::<i64>::default();
+        let connections = Family::<Labels, Gauge<i64>>::default();
+        registry.register("grpc_requests", "gRPC calls by method and status code", grpc_requests.clone());
+        registry.register("grpc_request_duration_seconds", "gRPC handler latency by method", grpc_latency.clone());
+        registry.register("source_polls", "Source reads by source", source_polls.clone());
+        registry.register("source_poll_errors", "Failed source reads by source", source_errors.clone());
+        registry.register("source_poll_duration_seconds", "Source read latency by kind", source_latency.clone());
+        registry.register("demand_replicas", "Demand in replica-equivalents per ScaledObject", demand.clone());
+        registry.register("planned_replicas", "Planned replicas per ScaledObject", planned.clone());
+        registry.register("scaled_objects", "ScaledObjects currently tracked", scaled_objects.clone());
+        registry.register("pollers", "Distinct source polls currently running", pollers.clone());
+        registry.register("source_connections", "Open connections to sources by kind", connections.clone());
+        Self {
+            registry,
+            grpc_requests,
+            grpc_latency,
+            source_polls,
+            source_errors,
+            source_latency,
+            demand,
+            planned,
+            scaled_objects,
+            pollers,
+            connections,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

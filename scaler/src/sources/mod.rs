@@ -1,0 +1,159 @@
+//! Signal sources. Each module holds one source: its typed config (parsed from the
+//! metadata keys of its prefix, with errors that name the key), its [`Source`] impl,
+//! and its tests against the real service.
+//!
+//! Sources are shared: [`SourceConfig::poll_key`] identifies one poll (endpoint + query)
+//! and [`Shared`] holds the per-endpoint connections, so 500 ScaledObjects reading
+//! one RabbitMQ use one AMQP connection and each distinct queue is polled once.
+
+pub mod prometheus;
+pub mod rabbitmq;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::Metadata;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One successful read of a source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reading {
+    /// The metric compared with the per-replica target (messages, query value, …).
+    pub value: f64,
+    /// KEDA's activation semantics for this source (value > activation threshold, or
+    /// the source's own rule).
+    pub active: bool,
+    /// Raw figures kept for the planner and `/debug/scalers` (e.g. `messages`,
+    /// `publish_rate`).
+    pub detail: BTreeMap<&'static str, f64>,
+}
+
+/// Why a read failed. Messages are redacted before they are stored.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("query failed: {0}")]
+    Query(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("unexpected answer: {0}")]
+    Parse(String),
+    #[error("timed out after {0:.1}s")]
+    Timeout(f64),
+}
+
+impl SourceError {
+    pub fn connect(e: impl std::fmt::Display) -> Self {
+        Self::Connect(crate::redact::redact_text(&e.to_string()))
+    }
+    pub fn query(e: impl std::fmt::Display) -> Self {
+        Self::Query(crate::redact::redact_text(&e.to_string()))
+    }
+    pub fn parse(e: impl std::fmt::Display) -> Self {
+        Self::Parse(crate::redact::redact_text(&e.to_string()))
+    }
+}
+
+/// A signal source: one read, no retries (the poller retries and times out).
+pub trait Source: Send + Sync {
+    fn read(&self) -> BoxFuture<'_, Result<Reading, SourceError>>;
+}
+
+/// The typed configuration of one source of a ScaledObject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SourceConfig {
+    Rabbitmq(rabbitmq::RabbitmqConfig),
+    Prometheus(prometheus::PrometheusConfig),
+}
+
+impl SourceConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Rabbitmq(_) => "rabbitmq",
+            Self::Prometheus(_) => "prometheus",
+        }
+    }
+
+    /// A short, redacted, human label (`rabbitmq queue "q" on amqp://***@host/`).
+    pub fn label(&self) -> String {
+        match self {
+            Self::Rabbitmq(c) => c.label(),
+            Self::Prometheus(c) => c.label(),
+        }
+    }
+
+    /// What one replica absorbs: demand in replicas = value / per_replica.
+    pub fn per_replica(&self) -> f64 {
+        match self {
+            Self::Rabbitmq(c) => c.per_replica,
+            Self::Prometheus(c) => c.per_replica,
+        }
+    }
+
+    /// Identity of one poll: ScaledObjects whose sources have the same key share it.
+    /// Contains credentials; never logged or shown.
+    pub fn poll_key(&self) -> String {
+        match self {
+            Self::Rabbitmq(c) => c.poll_key(),
+            Self::Prometheus(c) => c.poll_key(),
+        }
+    }
+
+    pub fn build(&self, shared: &Shared) -> Arc<dyn Source> {
+        match self {
+            Self::Rabbitmq(c) => Arc::new(rabbitmq::RabbitmqSource::new(c.clone(), shared)),
+            Self::Prometheus(c) => Arc::new(prometheus::PrometheusSource::new(c.clone(), shared)),
+        }
+    }
+}
+
+/// Parse every configured source (a source is configured when any key of its prefix
+/// is present); at least one is required.
+pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
+    let mut out = Vec::new();
+    if let Some(c) = rabbitmq::RabbitmqConfig::parse(md) {
+        out.push(SourceConfig::Rabbitmq(c));
+    }
+    if let Some(c) = prometheus::PrometheusConfig::parse(md) {
+        out.push(SourceConfig::Prometheus(c));
+    }
+    if out.is_empty() && !md.has_prefix("rabbitmq") && !md.has_prefix("prometheus") {
+        md.error(
+            "rabbitmqQueueName",
+            None,
+            "no signal configured: set at least one source (rabbitmq*, prometheus*)",
+        );
+    }
+    out
+}
+
+/// Connections shared by every source of the process.
+#[derive(Clone)]
+pub struct Shared {
+    pub http: reqwest::Client,
+    pub amqp: Arc<rabbitmq::AmqpPool>,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(8)
+            .user_agent(concat!("prescale/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        Self { http, amqp: Arc::new(rabbitmq::AmqpPool::default()) }
+    }
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self::new()
+    }
+}

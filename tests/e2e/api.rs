@@ -1,0 +1,122 @@
+//! The rest of the wire contract and the HTTP side: StreamIsActive transitions,
+//! StreamMetricSpec UNIMPLEMENTED, health/metrics/debug endpoints, SIGTERM.
+
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use tokio_stream::StreamExt;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
+    let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
+    let queue = unique("q-push");
+    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let so = sref("ml", &unique("push"), &[
+        ("rabbitmqHost", &amqp),
+        ("rabbitmqQueueName", &queue),
+        ("sampleSeconds", "1"),
+        ("mode", "reactive"),
+    ]);
+    let mut stream = c.stream_is_active(so.clone()).await.unwrap().into_inner();
+    // Inactive: nothing is pushed.
+    assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no push while inactive");
+
+    let publish = |n: usize| {
+        let ch = ch.clone();
+        let queue = queue.clone();
+        async move {
+            for _ in 0..n {
+                ch.basic_publish("".into(), queue.as_str().into(), BasicPublishOptions::default(), b"x", BasicProperties::default())
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    publish(5).await;
+    let msg = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("a push on activation");
+    assert!(msg.unwrap().unwrap().result);
+    // Still active: no repeated `true` (each would reset KEDA's cooldown).
+    publish(5).await;
+    assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no repeat while active");
+    // Going inactive pushes nothing (KEDA ignores false)...
+    ch.queue_purge(queue.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no push on deactivation");
+    // ...and the next activation pushes again.
+    publish(1).await;
+    let msg = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("a push on re-activation");
+    assert!(msg.unwrap().unwrap().result);
+}
+
+#[tokio::test]
+async fn stream_metric_spec_is_unimplemented_and_spec_is_static() {
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let so = sref("ml", "spec", &[
+        ("rabbitmqHost", "amqp://127.0.0.1:1/%2f"),
+        ("rabbitmqQueueName", "q"),
+        ("metricName", "llama-replicas"),
+    ]);
+    let err = c.stream_metric_spec(so.clone()).await.expect_err("unimplemented");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+    // GetMetricSpec never depends on the (dead) source.
+    for _ in 0..3 {
+        let spec = c.get_metric_spec(so.clone()).await.expect("spec needs no source").into_inner();
+        assert_eq!(spec.metric_specs.len(), 1);
+        assert_eq!(spec.metric_specs[0].metric_name, "llama-replicas");
+        assert_eq!((spec.metric_specs[0].target_size, spec.metric_specs[0].target_size_float), (1, 1.0));
+    }
+}
+
+#[tokio::test]
+async fn http_endpoints_and_graceful_sigterm() {
+    let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
+    let mut srv = Server::start(&[]);
+    assert_eq!(srv.get("/healthz").await.0, 200);
+    assert_eq!(srv.get("/readyz").await.0, 200);
+    let c = srv.client().await;
+    let queue = unique("q-http-ep");
+    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    let so = sref("ml", "dbg", &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1")]);
+    eventually(10, "answer", || {
+        let (mut c, so) = (c.clone(), so.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    let (code, m) = srv.get("/metrics").await;
+    assert_eq!(code, 200);
+    for want in [
+        "prescale_grpc_requests_total{rpc=\"GetMetrics\",code=\"OK\"}",
+        "prescale_source_polls_total{kind=\"rabbitmq\"",
+        "prescale_source_poll_duration_seconds_bucket",
+        "prescale_planned_replicas{namespace=\"ml\",scaledobject=\"dbg\"} 0",
+        "prescale_demand_replicas{namespace=\"ml\",scaledobject=\"dbg\"}",
+    ] {
+        assert!(m.contains(want), "/metrics lacks {want}:\n{m}");
+    }
+    let (code, d) = srv.get("/debug/scalers").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+    let so = &v["scaledObjects"][0];
+    assert_eq!(so["scaledObject"], "ml/dbg");
+    assert_eq!(so["config"]["sources"][0]["kind"], "rabbitmq");
+    assert_eq!(so["config"]["sources"][0]["queue"], queue.as_str());
+    assert!(so["snapshot"]["signals"][0]["lastGoodMs"].is_u64(), "{so}");
+    assert!(so["snapshot"]["reason"].is_string(), "{so}");
+    assert!(so["signalAgesSeconds"][0].as_f64().unwrap() < 5.0, "{so}");
+    assert!(!d.contains("guest:guest"), "credentials in /debug/scalers");
+
+    drop(c);
+    let status = srv.terminate();
+    assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
+    let log = srv.log.lock().unwrap().join("\n");
+    assert!(log.contains("shutting down") && log.contains("stopped"), "{log}");
+}

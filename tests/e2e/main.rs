@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `prescale serve` binary against real services started by
+//! `scripts/services.sh` (RabbitMQ, Prometheus). See README "Tests".
+
+mod api;
+mod errors;
+mod harness;
+mod prometheus;
+mod rabbitmq;
