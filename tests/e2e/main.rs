@@ -2,7 +2,9 @@
 //! `scripts/services.sh` (RabbitMQ, Prometheus). See README "Tests".
 
 mod api;
+mod cli;
 mod errors;
 mod harness;
 mod prometheus;
 mod rabbitmq;
+mod tls;

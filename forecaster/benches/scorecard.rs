@@ -1,0 +1,229 @@
+//! Scorecard bench: replays every dev trace with W ∈ {60, 180, 420} through the REPLAY.md
+//! simulator with prescale, reactive and the oracle, and checks the three rules:
+//!
+//! 1. on every scenario prescale's attainment ≥ reactive's and GPU-hours ≤ reactive's;
+//! 2. mean over scenarios of prescale's misses (1 − attainment) ≤ 1/3 of reactive's;
+//! 3. servegen-m-large-14d: attainment ≥ 99.5 % at ≤ 1.2× the oracle's GPU-hours, every W.
+//!
+//! Traces are read from `$PRESCALE_TRACES` (default `../shared/traces` relative to the
+//! workspace root). Run: `cargo bench -p prescale-forecaster --bench scorecard`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use prescale_forecaster::oracle::{oracle_plan, oracle_replica_seconds, scenario_defaults};
+use prescale_forecaster::planner::{Planner, WarmupDist};
+use prescale_forecaster::reactive::ReactivePolicy;
+use prescale_forecaster::sim::simulate;
+use prescale_forecaster::trace::parse_trace;
+use prescale_forecaster::PrescalePolicy;
+
+/// Dev traces: (file stem, capacity μ, slo) as listed in traces/README.md.
+const DEV: [(&str, f64, f64); 5] = [
+    ("azure-llm-2023-code", 0.5, 5.0),
+    ("servegen-m-large-14d", 25.0, 5.0),
+    ("servegen-m-large-chunk-144", 0.5, 5.0),
+    ("servegen-m-large-chunk-32", 0.5, 5.0),
+    ("servegen-m-large-chunk-93", 0.25, 5.0),
+];
+const WARMUPS: [u64; 3] = [60, 180, 420];
+const INTERVAL: u64 = 15;
+
+fn traces_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("PRESCALE_TRACES") {
+        return PathBuf::from(p);
+    }
+    // CARGO_MANIFEST_DIR = <repo>/forecaster; the repo root is its parent.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_else(|| PathBuf::from("."));
+    root.join("../shared/traces")
+}
+
+struct Row {
+    name: String,
+    w: u64,
+    p_att: f64,
+    p_gpu: f64,
+    r_att: f64,
+    r_gpu: f64,
+    o_att: f64,
+    o_gpu: f64,
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; ignore arguments.
+    let dir = traces_dir();
+    println!("prescale scorecard — traces from {}", dir.display());
+    let mut rows: Vec<Row> = Vec::new();
+    for (stem, cap, slo) in DEV {
+        let path = dir.join(format!("{stem}.csv"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("skip {}: {e}", path.display());
+                continue;
+            }
+        };
+        let trace = match parse_trace(&text) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("skip {}: {e}", path.display());
+                continue;
+            }
+        };
+        let t_start = Instant::now();
+        let mut decide_ns = 0.0;
+        let mut decisions = 0usize;
+        for w in WARMUPS {
+            let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
+            let mut pre = PrescalePolicy::new(&sc).expect("valid scenario");
+            let t0 = Instant::now();
+            let p = simulate(&trace, &sc, &mut pre, None);
+            decide_ns += t0.elapsed().as_nanos() as f64;
+            decisions += p.plan.len();
+            let mut rea = ReactivePolicy::new(&sc);
+            let r = simulate(&trace, &sc, &mut rea, None);
+            let mut orc = prescale_forecaster::oracle::OraclePolicy::new(&trace, &sc);
+            let o = simulate(&trace, &sc, &mut orc, None);
+            let o_rs = oracle_replica_seconds(
+                &oracle_plan(&trace, sc.capacity, sc.slo, sc.interval, sc.min_replicas),
+                sc.interval,
+                sc.warmup,
+                trace.arrivals.len() as u64,
+            );
+            rows.push(Row {
+                name: stem.to_string(),
+                w,
+                p_att: p.score.slo_attainment,
+                p_gpu: p.score.gpu_hours,
+                r_att: r.score.slo_attainment,
+                r_gpu: r.score.gpu_hours,
+                o_att: o.score.slo_attainment,
+                o_gpu: o_rs / 3600.0,
+            });
+        }
+        println!(
+            "replay {stem}: {} s of trace, 3 W × (prescale + reactive + oracle) in {:.2} s wall; \
+             prescale sim incl. policy {:.0} ns per decision",
+            trace.arrivals.len(),
+            t_start.elapsed().as_secs_f64(),
+            decide_ns / decisions.max(1) as f64
+        );
+    }
+
+    println!();
+    println!(
+        "{:<28} {:>4} | {:>9} {:>9} {:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>5} {:>5}",
+        "trace",
+        "W",
+        "pre att%",
+        "pre GPUh",
+        "×orc",
+        "rea att%",
+        "rea GPUh",
+        "orc att%",
+        "orc GPUh",
+        "R1",
+        "R3"
+    );
+    let mut all1 = true;
+    let mut all3 = true;
+    let (mut pm, mut rm) = (0.0, 0.0);
+    for r in &rows {
+        let r1 = r.p_att >= r.r_att - 1e-12 && r.p_gpu <= r.r_gpu + 1e-12;
+        let ratio = r.p_gpu / r.o_gpu.max(1e-12);
+        let r3 = if r.name == "servegen-m-large-14d" {
+            let ok = r.p_att >= 0.995 && ratio <= 1.2;
+            all3 &= ok;
+            if ok {
+                "pass"
+            } else {
+                "FAIL"
+            }
+        } else {
+            "-"
+        };
+        all1 &= r1;
+        pm += 1.0 - r.p_att;
+        rm += 1.0 - r.r_att;
+        println!(
+            "{:<28} {:>4} | {:>9.3} {:>9.2} {:>6.3} | {:>9.3} {:>9.2} | {:>9.3} {:>9.2} | {:>5} {:>5}",
+            r.name,
+            r.w,
+            100.0 * r.p_att,
+            r.p_gpu,
+            ratio,
+            100.0 * r.r_att,
+            r.r_gpu,
+            100.0 * r.o_att,
+            r.o_gpu,
+            if r1 { "pass" } else { "FAIL" },
+            r3
+        );
+    }
+    let n = rows.len().max(1) as f64;
+    let (pm, rm) = (pm / n, rm / n);
+    let r2 = pm <= rm / 3.0 + 1e-12;
+    println!();
+    println!(
+        "rule 1 (every scenario: att ≥ reactive and GPUh ≤ reactive): {}",
+        if all1 { "pass" } else { "FAIL" }
+    );
+    println!(
+        "rule 2 (mean miss prescale {:.4}% ≤ 1/3 of reactive {:.4}% = {:.4}%): {}",
+        100.0 * pm,
+        100.0 * rm,
+        100.0 * rm / 3.0,
+        if r2 { "pass" } else { "FAIL" }
+    );
+    println!(
+        "rule 3 (servegen-m-large-14d att ≥ 99.5% at ≤ 1.2× oracle GPUh, every W): {}",
+        if all3 { "pass" } else { "FAIL" }
+    );
+
+    latency_bench();
+}
+
+/// Time one `plan` (+ the 15 one-second samples before it) on a planner that has seen 14
+/// days of a daily-cycle signal.
+fn latency_bench() {
+    let mut cfg =
+        prescale_forecaster::PlannerConfig::new(25.0, WarmupDist::Fixed(420.0), 15.0, 5.0);
+    cfg.max_replicas = 100;
+    let mut p = Planner::new(cfg).expect("valid config");
+    let rate = |t: f64| 200.0 + 80.0 * (t * std::f64::consts::TAU / 86400.0).sin();
+    let mut t = 0.0;
+    let day14 = 14.0 * 86400.0;
+    while t < day14 {
+        t += 1.0;
+        p.observe(t, 1.0, rate(t), 0.0);
+        if (t as u64).is_multiple_of(15) {
+            p.plan(t, 10, 0);
+        }
+    }
+    let n = 20_000;
+    let mut plan_ns = 0u128;
+    let mut max_ns = 0u128;
+    let mut sink = 0u64;
+    for _ in 0..n {
+        for _ in 0..15 {
+            t += 1.0;
+            p.observe(t, 1.0, rate(t), 0.0);
+        }
+        let t0 = Instant::now();
+        let d = p.plan(t, 10, 0);
+        let e = t0.elapsed().as_nanos();
+        plan_ns += e;
+        max_ns = max_ns.max(e);
+        sink += d.desired as u64;
+    }
+    println!(
+        "decision latency: plan() mean {:.0} ns, max {} ns over {n} decisions (sink {sink}); \
+         planner heap {} bytes",
+        plan_ns as f64 / n as f64,
+        max_ns,
+        p.approx_heap_bytes()
+    );
+}

@@ -1,0 +1,1088 @@
+//! The warm-up-aware planner.
+//!
+//! Fed demand samples (`observe`) and asked for a replica count (`plan`), it
+//!
+//! - turns samples into a per-interval *effective demand* `x` (req/s): the larger of the mean
+//!   rate and the burst rate that the SLO lets a queue absorb (`max A(window)/(len + slo)`);
+//! - forecasts the peak of `x` over `[now, now + W + I]` with an ensemble (last value, level/
+//!   trend smoothing, daily Holt-Winters, daily and weekly seasonal naive) weighted by recent
+//!   pinball loss, and calibrates an upper quantile from the realised ratios peak/forecast;
+//! - detects piecewise-constant signals whose change points fall on a grid (aggregated rate
+//!   series): between change points the demand is known exactly and headroom is only needed
+//!   when a change point falls inside the horizon;
+//! - keeps an idle-gap histogram plus a daily activity profile to decide scale-to-zero and
+//!   wake-up (hybrid-histogram keep-alive with the ski-rental break-even W).
+//!
+//! Pure and deterministic: time is always an argument; memory is bounded (see
+//! [`Planner::approx_heap_bytes`]).
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::history::{DemandHistory, HistoryPoint};
+use crate::idle::IdleTracker;
+use crate::models::{Ensemble, HoltWinters, QuantileTracker, SeasonalNaive, Smoothing};
+
+/// Width of the coarse (seasonal) step, seconds.
+const SEASON_STEP_S: f64 = 300.0;
+const DAY_STEPS: usize = 288;
+const WEEK_STEPS: usize = 2016;
+/// Samples kept for the burst computation.
+const FINE_CAP: usize = 256;
+/// Pending forecasts (one per interval) awaiting their outcome.
+const PENDING_CAP: usize = 512;
+const MEMBERS: usize = 5;
+/// Recent needs kept for the scale-in hold (at most W / I of them are used).
+const NEED_CAP: usize = 2048;
+const MEMBER_NAMES: [&str; MEMBERS] = [
+    "last",
+    "smoothing",
+    "holt-winters",
+    "naive-day",
+    "naive-week",
+];
+
+/// Warm-up time W: fixed, or a sample of measured warm-ups planned at `quantile`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WarmupDist {
+    Fixed(f64),
+    Samples { samples: Vec<f64>, quantile: f64 },
+}
+
+impl WarmupDist {
+    /// The warm-up the planner plans with (seconds, ≥ 0).
+    pub fn planned(&self) -> f64 {
+        match self {
+            WarmupDist::Fixed(w) => {
+                if w.is_finite() {
+                    w.clamp(0.0, 86400.0)
+                } else {
+                    0.0
+                }
+            }
+            WarmupDist::Samples { samples, quantile } => {
+                let mut v: Vec<f64> = samples
+                    .iter()
+                    .copied()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .map(|x| x.min(86400.0))
+                    .collect();
+                if v.is_empty() {
+                    return 0.0;
+                }
+                v.sort_by(f64::total_cmp);
+                let q = if quantile.is_finite() {
+                    quantile.clamp(0.0, 1.0)
+                } else {
+                    0.9
+                };
+                let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+                v[i]
+            }
+        }
+    }
+}
+
+/// Which forecast model drives the planner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForecastModel {
+    /// Ensemble of all members weighted by recent pinball loss.
+    Auto,
+    Smoothing,
+    HoltWinters,
+    SeasonalNaive,
+}
+
+/// Planner configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerConfig {
+    /// μ: requests per second one ready replica completes (same unit as the arrival rate).
+    pub capacity: f64,
+    pub warmup: WarmupDist,
+    /// Decision interval I, seconds.
+    pub interval_s: f64,
+    /// Queueing delay a request may see, seconds.
+    pub slo_s: f64,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub scale_to_zero: bool,
+    pub model: ForecastModel,
+    /// Upper quantile the peak demand is planned at.
+    pub quantile: f64,
+}
+
+impl PlannerConfig {
+    /// A configuration with the defaults: min 0, max 1000, scale-to-zero on, Auto, q 0.99.
+    pub fn new(capacity: f64, warmup: WarmupDist, interval_s: f64, slo_s: f64) -> Self {
+        PlannerConfig {
+            capacity,
+            warmup,
+            interval_s,
+            slo_s,
+            min_replicas: 0,
+            max_replicas: 1000,
+            scale_to_zero: true,
+            model: ForecastModel::Auto,
+            quantile: 0.99,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum PlannerError {
+    #[error("capacity must be a finite number > 0, got {0}")]
+    Capacity(f64),
+    #[error("interval_s must be a finite number ≥ 1, got {0}")]
+    Interval(f64),
+    #[error("slo_s must be a finite number ≥ 0, got {0}")]
+    Slo(f64),
+    #[error("warm-up must be finite and ≥ 0 (planned value {0})")]
+    Warmup(f64),
+    #[error("min_replicas {min} > max_replicas {max}")]
+    Bounds { min: u32, max: u32 },
+    #[error("quantile must be in (0.5, 1), got {0}")]
+    Quantile(f64),
+}
+
+/// Why the planner chose its answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reason {
+    /// Not enough history yet: follow current demand with a fixed margin.
+    Learning {
+        demand: f64,
+    },
+    PreScale {
+        peak: f64,
+        at_s: f64,
+        q: f64,
+    },
+    DrainBacklog {
+        backlog: f64,
+    },
+    Hold,
+    ScaleIn {
+        peak: f64,
+    },
+    Steady,
+    KeepAlive {
+        p_arrival: f64,
+        expected_idle_s: f64,
+    },
+    ToZero {
+        p_arrival: f64,
+        expected_idle_s: f64,
+    },
+    Wake {
+        in_s: f64,
+        p_arrival: f64,
+    },
+    /// Clamped to the configured bounds.
+    Bound {
+        limit: u32,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Learning { demand } => {
+                write!(f, "learning: follow demand {demand:.3} rps with margin")
+            }
+            Reason::PreScale { peak, at_s, q } => write!(
+                f,
+                "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s (q{q:.2})"
+            ),
+            Reason::DrainBacklog { backlog } => write!(f, "drain backlog {backlog:.1}"),
+            Reason::Hold => write!(f, "hold: forecast over W not below"),
+            Reason::ScaleIn { peak } => {
+                write!(f, "scale in: forecast peak over W {peak:.3} rps")
+            }
+            Reason::Steady => write!(f, "steady: capacity matches forecast"),
+            Reason::KeepAlive {
+                p_arrival,
+                expected_idle_s,
+            } => write!(
+                f,
+                "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s"
+            ),
+            Reason::ToZero {
+                p_arrival,
+                expected_idle_s,
+            } => write!(
+                f,
+                "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W"
+            ),
+            Reason::Wake { in_s, p_arrival } => write!(
+                f,
+                "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"
+            ),
+            Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
+        }
+    }
+}
+
+/// Forecast summary attached to a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastSummary {
+    /// Horizon end, seconds after now (W + I).
+    pub horizon_s: f64,
+    /// Current effective demand (req/s).
+    pub current: f64,
+    /// Ensemble point forecast of the peak over the horizon (req/s).
+    pub point: f64,
+    /// Planned upper quantile of the peak (req/s).
+    pub upper: f64,
+    pub quantile: f64,
+    /// Ensemble weights per member, in `member_names()` order.
+    pub weights: Vec<f64>,
+    /// Next change point of a piecewise-constant signal, seconds from now (if one is known).
+    pub next_change_s: Option<f64>,
+}
+
+/// One planning decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub desired: u32,
+    pub reason: Reason,
+    pub forecast: ForecastSummary,
+}
+
+/// Idle statistics for the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleStats {
+    pub idle_for_s: f64,
+    pub gaps_seen: f64,
+    pub p05_s: Option<f64>,
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub p_arrival_within_w: f64,
+    pub expected_idle_s: Option<f64>,
+}
+
+/// Serializable state for a /debug page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub t_s: Option<f64>,
+    pub warmup_planned_s: f64,
+    pub recent: Vec<HistoryPoint>,
+    pub hourly: Vec<HistoryPoint>,
+    pub members: Vec<String>,
+    pub last_forecast: Option<ForecastSummary>,
+    /// Upper quantiles of the calibrated ratio peak/forecast at q 0.5/0.9/0.99.
+    pub ratio_quantiles: [Option<f64>; 3],
+    pub grid_period_s: Option<f64>,
+    pub idle: IdleStats,
+    pub heap_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Regime {
+    /// No demand right now: what follows is a wake-up, tracked by the idle model.
+    Idle,
+    Generic,
+    GridChange,
+    GridSteady,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    t_made: f64,
+    t_end: f64,
+    f: [f64; MEMBERS],
+    avail: [bool; MEMBERS],
+    point: f64,
+    regime: Regime,
+    peak: f64,
+}
+
+/// Change-point grid detector: are the demand's change points all on a grid of period P?
+#[derive(Debug, Clone, Default)]
+struct GridDetector {
+    first: Option<i64>,
+    period: i64,
+    changes: u64,
+    broken: bool,
+    last_rate: Option<f64>,
+}
+
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    a = a.abs();
+    b = b.abs();
+    while b != 0 {
+        let r = a % b;
+        a = b;
+        b = r;
+    }
+    a
+}
+
+impl GridDetector {
+    fn observe(&mut self, t_start: f64, rate: f64, min_period: f64) {
+        if self.broken {
+            return;
+        }
+        let Some(prev) = self.last_rate else {
+            self.last_rate = Some(rate);
+            return;
+        };
+        self.last_rate = Some(rate);
+        let tol = 1e-9 * prev.abs().max(rate.abs()).max(1.0);
+        if (rate - prev).abs() <= tol {
+            return;
+        }
+        let r = t_start.round();
+        if (t_start - r).abs() > 1e-6 {
+            self.broken = true;
+            return;
+        }
+        let c = r as i64;
+        match self.first {
+            None => self.first = Some(c),
+            Some(f) => {
+                self.period = gcd(self.period, c - f);
+                if self.period > 0 && (self.period as f64) < min_period {
+                    self.broken = true;
+                }
+            }
+        }
+        self.changes += 1;
+    }
+
+    fn period(&self) -> Option<f64> {
+        if self.broken || self.changes < 4 || self.period <= 0 {
+            None
+        } else {
+            Some(self.period as f64)
+        }
+    }
+
+    /// The first grid point not yet observed when data up to `known` has been seen
+    /// (a change at `b` shows in the sample starting at `b`).
+    fn next_change(&self, known: f64) -> Option<f64> {
+        let p = self.period()?;
+        let f = self.first? as f64;
+        let k = ((known - f) / p - 1e-9).ceil();
+        Some(f + k * p)
+    }
+}
+
+/// The planner of one ScaledObject.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    cfg: PlannerConfig,
+    w: f64,
+    history: DemandHistory,
+    idle: IdleTracker,
+    grid: GridDetector,
+    /// Recent samples `(t_end, dt, mass)` for the burst computation.
+    fine: VecDeque<(f64, f64, f64)>,
+    last_t: Option<f64>,
+    last_backlog: f64,
+    last_rate: f64,
+    /// Index of the interval currently accumulating (`floor(t / I)` of its samples).
+    cur_interval: Option<i64>,
+    x_last: f64,
+    last_arrival_interval_end: Option<f64>,
+    // Members at interval resolution.
+    smooth: Smoothing,
+    slow: Smoothing,
+    // Members at the seasonal step.
+    hw: HoltWinters,
+    sn_day: SeasonalNaive,
+    sn_week: SeasonalNaive,
+    cur_step: Option<i64>,
+    step_peak: f64,
+    /// Daily activity profile: P(any arrival in this 300-s slot of the day).
+    activity: Vec<f32>,
+    activity_days: Vec<u16>,
+    step_active: bool,
+    ensemble: Ensemble,
+    pending: VecDeque<Pending>,
+    ratio_generic: QuantileTracker,
+    ratio_grid: QuantileTracker,
+    /// Demand of the first interval after an idle gap, ln(replicas).
+    wake_level: QuantileTracker,
+    was_idle: bool,
+    cached: Option<ForecastSummary>,
+    cached_regime: Regime,
+    intervals_seen: u64,
+    recent_need: VecDeque<(f64, u32)>,
+}
+
+fn finite_or(x: f64, d: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        d
+    }
+}
+
+impl Planner {
+    pub fn new(cfg: PlannerConfig) -> Result<Self, PlannerError> {
+        if !(cfg.capacity.is_finite() && cfg.capacity > 0.0) {
+            return Err(PlannerError::Capacity(cfg.capacity));
+        }
+        if !(cfg.interval_s.is_finite() && cfg.interval_s >= 1.0) {
+            return Err(PlannerError::Interval(cfg.interval_s));
+        }
+        if !(cfg.slo_s.is_finite() && cfg.slo_s >= 0.0) {
+            return Err(PlannerError::Slo(cfg.slo_s));
+        }
+        if cfg.min_replicas > cfg.max_replicas {
+            return Err(PlannerError::Bounds {
+                min: cfg.min_replicas,
+                max: cfg.max_replicas,
+            });
+        }
+        if !(cfg.quantile.is_finite() && cfg.quantile > 0.5 && cfg.quantile < 1.0) {
+            return Err(PlannerError::Quantile(cfg.quantile));
+        }
+        let w = cfg.warmup.planned();
+        if !w.is_finite() {
+            return Err(PlannerError::Warmup(w));
+        }
+        Ok(Planner {
+            w,
+            history: DemandHistory::default(),
+            idle: IdleTracker::default(),
+            grid: GridDetector::default(),
+            fine: VecDeque::with_capacity(FINE_CAP),
+            last_t: None,
+            last_backlog: 0.0,
+            last_rate: 0.0,
+            cur_interval: None,
+            x_last: 0.0,
+            last_arrival_interval_end: None,
+            smooth: Smoothing::new(0.5, 0.05, 0.8),
+            slow: Smoothing::new(0.02, 0.0, 1.0),
+            hw: HoltWinters::new(DAY_STEPS, 0.2, 0.01, 0.3),
+            sn_day: SeasonalNaive::new(DAY_STEPS),
+            sn_week: SeasonalNaive::new(WEEK_STEPS),
+            cur_step: None,
+            step_peak: 0.0,
+            activity: vec![0.0; DAY_STEPS],
+            activity_days: vec![0; DAY_STEPS],
+            step_active: false,
+            // Losses remembered over ~6 h, so daily transitions (where level models fail and
+            // seasonal ones shine) still count hours later.
+            ensemble: Ensemble::new(MEMBERS, (cfg.interval_s / 21600.0).clamp(1e-4, 0.05), 0.5),
+            pending: VecDeque::with_capacity(PENDING_CAP),
+            ratio_generic: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),
+            ratio_grid: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),
+            wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
+            was_idle: true,
+            cached: None,
+            cached_regime: Regime::Generic,
+            intervals_seen: 0,
+            recent_need: VecDeque::new(),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &PlannerConfig {
+        &self.cfg
+    }
+
+    /// The warm-up the planner plans with (seconds).
+    pub fn warmup_planned(&self) -> f64 {
+        self.w
+    }
+
+    fn horizon(&self) -> f64 {
+        self.w + self.cfg.interval_s
+    }
+
+    /// Names of the ensemble members, in weight order.
+    pub fn member_names() -> [&'static str; MEMBERS] {
+        MEMBER_NAMES
+    }
+
+    /// Record `arrivals` (mass in `(t - dt, t]`) and the backlog at `t`. Samples that are not
+    /// after the previous one, or with non-finite time, are ignored; NaN/negative masses
+    /// count as 0.
+    pub fn observe(&mut self, t_s: f64, dt_s: f64, arrivals: f64, backlog: f64) {
+        if !t_s.is_finite() || !(0.0..=1e12).contains(&t_s) {
+            return;
+        }
+        if let Some(l) = self.last_t {
+            if t_s <= l {
+                return;
+            }
+        }
+        let mut dt = finite_or(dt_s, 0.0).max(0.0);
+        if let Some(l) = self.last_t {
+            dt = dt.min(t_s - l);
+        }
+        if dt <= 0.0 {
+            dt = self.last_t.map(|l| t_s - l).unwrap_or(1.0).max(1e-3);
+        }
+        let mass = finite_or(arrivals, 0.0).clamp(0.0, 1e15);
+        self.last_backlog = finite_or(backlog, 0.0).clamp(0.0, 1e15);
+        // Close intervals the new sample no longer belongs to.
+        self.close_intervals_before(t_s - dt);
+        self.history.observe(t_s, dt, mass);
+        self.idle.observe(t_s, dt, mass > 0.0);
+        let rate = mass / dt;
+        let min_period = (4.0 * self.cfg.interval_s).max(60.0);
+        self.grid.observe(t_s - dt, rate, min_period);
+        self.last_rate = rate;
+        if self.fine.len() == FINE_CAP {
+            self.fine.pop_front();
+        }
+        self.fine.push_back((t_s, dt, mass));
+        let k = self.interval_of(t_s);
+        if self.cur_interval.is_none() {
+            self.cur_interval = Some(k);
+        }
+        if mass > 0.0 {
+            self.last_arrival_interval_end = Some(t_s);
+        }
+        self.last_t = Some(t_s);
+    }
+
+    fn interval_of(&self, t_end: f64) -> i64 {
+        // A sample ending exactly on a boundary belongs to the interval before it.
+        let x = t_end / self.cfg.interval_s;
+        let c = x.ceil();
+        (c as i64) - 1
+    }
+
+    /// Close every accumulating interval that ends at or before `t`.
+    fn close_intervals_before(&mut self, t: f64) {
+        let i = self.cfg.interval_s;
+        while let Some(k) = self.cur_interval {
+            let end = (k + 1) as f64 * i;
+            if end > t + 1e-9 {
+                break;
+            }
+            self.close_interval(k);
+            self.cur_interval = Some(k + 1);
+            // Long silences: jump ahead, feeding zeros in bulk at most a day's worth.
+            if let Some(l) = self.last_t {
+                let target = self.interval_of(t.max(l));
+                if target > k + 1 + 2 * DAY_STEPS as i64 * 20 {
+                    self.cur_interval = Some(target - DAY_STEPS as i64 * 20);
+                }
+            }
+        }
+    }
+
+    /// Effective demand of the interval `[k I, (k+1) I)` from the fine samples.
+    fn effective_demand(&self, k: i64) -> f64 {
+        let i = self.cfg.interval_s;
+        let t0 = k as f64 * i;
+        let t1 = t0 + i;
+        let slo = self.cfg.slo_s;
+        // Mean rate over the interval.
+        let mut mass = 0.0;
+        let mut pts: [(f64, f64); 64] = [(0.0, 0.0); 64];
+        let mut n = 0usize;
+        for &(te, dt, m) in self.fine.iter().rev() {
+            if te <= t0 - i {
+                break;
+            }
+            let ts = te - dt;
+            let ov = (te.min(t1) - ts.max(t0)).max(0.0);
+            if dt > 0.0 {
+                mass += m * ov / dt;
+            }
+            if te <= t1 + 1e-9 && n < 64 {
+                pts[n] = (te, m);
+                n += 1;
+            }
+        }
+        let mean = mass / i;
+        // Burst rate: max over windows ending in this interval of A / (len + slo).
+        let mut burst: f64 = 0.0;
+        // pts is newest first; windows [j..=e] with e ending inside the interval.
+        for e in 0..n {
+            if pts[e].0 <= t0 {
+                break;
+            }
+            let mut a = 0.0;
+            for j in e..n {
+                a += pts[j].1;
+                let start = if j + 1 < n {
+                    pts[j + 1].0
+                } else {
+                    pts[j].0 - 1.0
+                };
+                let len = (pts[e].0 - start).max(1e-3);
+                burst = burst.max(a / (len + slo));
+            }
+        }
+        mean.max(burst)
+    }
+
+    fn close_interval(&mut self, k: i64) {
+        let i = self.cfg.interval_s;
+        let t_start = k as f64 * i;
+        let t_end = t_start + i;
+        let x = self.effective_demand(k);
+        self.intervals_seen += 1;
+        // Wake statistics: first active interval after an idle one.
+        let active = x > 0.0;
+        if active && self.was_idle {
+            self.wake_level
+                .record((x / self.cfg.capacity).max(1e-3).ln());
+        }
+        self.was_idle = !active;
+        // Resolve pending forecasts.
+        let scale = self.slow.level() + 0.05 * self.cfg.capacity;
+        let eps = 0.05 * self.cfg.capacity;
+        while let Some(front) = self.pending.front().copied() {
+            if front.t_end > t_end + 1e-9 {
+                break;
+            }
+            self.pending.pop_front();
+            let p = front;
+            let y = p.peak.max(x);
+            for m in 0..MEMBERS {
+                if p.avail[m] {
+                    self.ensemble.score(m, y, p.f[m], scale);
+                }
+            }
+            let r = ((y + eps) / (p.point + eps)).ln();
+            match p.regime {
+                Regime::Generic => self.ratio_generic.record(r),
+                Regime::GridChange => self.ratio_grid.record(r),
+                Regime::GridSteady | Regime::Idle => {}
+            }
+        }
+        for p in self.pending.iter_mut() {
+            if t_start >= p.t_made - 1e-9 {
+                p.peak = p.peak.max(x);
+            }
+        }
+        self.x_last = x;
+        self.smooth.update(x);
+        self.slow.update(x);
+        // Seasonal step.
+        let step = (t_start / SEASON_STEP_S).floor() as i64;
+        match self.cur_step {
+            None => {
+                self.cur_step = Some(step);
+                self.step_peak = x;
+                self.step_active = active;
+            }
+            Some(s) if step > s => {
+                self.feed_step(s, self.step_peak, self.step_active);
+                // Fill skipped steps (no samples) with zeros, at most a week.
+                let gap = (step - s - 1).min(WEEK_STEPS as i64);
+                for j in 0..gap {
+                    self.feed_step(step - gap + j, 0.0, false);
+                }
+                self.cur_step = Some(step);
+                self.step_peak = x;
+                self.step_active = active;
+            }
+            _ => {
+                self.step_peak = self.step_peak.max(x);
+                self.step_active |= active;
+            }
+        }
+        // New forecast from t_end.
+        self.forecast_from(t_end);
+    }
+
+    fn feed_step(&mut self, step: i64, peak: f64, active: bool) {
+        self.hw.update(peak);
+        self.sn_day.update(peak);
+        self.sn_week.update(peak);
+        let slot = step.rem_euclid(DAY_STEPS as i64) as usize;
+        let d = self.activity_days[slot];
+        let a = if active { 1.0 } else { 0.0 };
+        // Average over the first days, then exponential forgetting (weight 1/3).
+        let g = 1.0 / ((d as f32) + 1.0).min(3.0);
+        self.activity[slot] = (1.0 - g) * self.activity[slot] + g * a;
+        self.activity_days[slot] = d.saturating_add(1);
+    }
+
+    /// Member forecasts of the peak of `x` over `[t, t + H]`.
+    fn member_forecasts(&self, t: f64) -> ([f64; MEMBERS], [bool; MEMBERS]) {
+        let h = self.horizon();
+        let i = self.cfg.interval_s;
+        let steps = (h / i).ceil().max(1.0);
+        let mut f = [0.0; MEMBERS];
+        let mut a = [false; MEMBERS];
+        f[0] = self.x_last;
+        a[0] = true;
+        // Peak of the smoothing path over the horizon.
+        let s_end = self.smooth.forecast(steps);
+        f[1] = self.smooth.forecast(1.0).max(s_end);
+        a[1] = self.smooth.seen() > 0;
+        // Seasonal members: steps after the last fed step covering [t, t + H].
+        if let Some(cur) = self.cur_step {
+            let last_fed = cur - 1;
+            let s0 = (t / SEASON_STEP_S).floor() as i64;
+            let s1 = ((t + h) / SEASON_STEP_S).floor() as i64;
+            let mut hwp: f64 = 0.0;
+            let mut dp: f64 = 0.0;
+            let mut wp: f64 = 0.0;
+            let mut s = s0.max(last_fed + 1);
+            while s <= s1 {
+                let ahead = (s - last_fed).max(1) as u64;
+                hwp = hwp.max(self.hw.forecast(ahead));
+                dp = dp.max(self.sn_day.forecast(ahead).unwrap_or(0.0));
+                wp = wp.max(self.sn_week.forecast(ahead).unwrap_or(0.0));
+                s += 1;
+            }
+            f[2] = hwp;
+            a[2] = self.hw.ready();
+            f[3] = dp;
+            a[3] = self.sn_day.ready();
+            f[4] = wp;
+            a[4] = self.sn_week.ready();
+        }
+        match self.cfg.model {
+            ForecastModel::Auto => {}
+            ForecastModel::Smoothing => {
+                a = [false, true, false, false, false];
+            }
+            ForecastModel::HoltWinters => {
+                a = [false, false, self.hw.ready(), false, false];
+            }
+            ForecastModel::SeasonalNaive => {
+                a = [
+                    false,
+                    false,
+                    false,
+                    self.sn_day.ready(),
+                    self.sn_week.ready(),
+                ];
+            }
+        }
+        if !a.iter().any(|x| *x) {
+            a[0] = true;
+        }
+        (f, a)
+    }
+
+    fn forecast_from(&mut self, t: f64) {
+        let (f, a) = self.member_forecasts(t);
+        let w = self.ensemble.weights(&a);
+        let mut point = 0.0;
+        for m in 0..MEMBERS {
+            point += w[m] * f[m];
+        }
+        let h = self.horizon();
+        let next_change = self.grid.next_change(self.last_t.unwrap_or(t).min(t));
+        let mut regime = match next_change {
+            Some(b) if b <= t + h + 1e-9 => Regime::GridChange,
+            Some(_) => Regime::GridSteady,
+            None => Regime::Generic,
+        };
+        // In grid mode the current rate holds until the change point.
+        let current = if regime == Regime::Generic {
+            self.x_last
+        } else {
+            self.last_rate.max(0.0)
+        };
+        if current <= 0.0 && regime != Regime::GridSteady {
+            regime = Regime::Idle;
+        }
+        let q = self.cfg.quantile;
+        let eps = 0.05 * self.cfg.capacity;
+        let tracker = match regime {
+            Regime::GridChange => &self.ratio_grid,
+            _ => &self.ratio_generic,
+        };
+        let mut upper = match regime {
+            Regime::GridSteady => current,
+            Regime::Idle => point.max(0.0),
+            _ => {
+                let lr = if tracker.count() >= 20.0 {
+                    tracker.quantile(q).unwrap_or(0.7)
+                } else {
+                    // Not calibrated yet: a generous margin.
+                    0.7
+                };
+                ((point + eps) * lr.exp() - eps).max(0.0).max(current)
+            }
+        };
+        // Members disagreeing (e.g. a level model and a seasonal one before a recurring
+        // peak): read the weights as a mixture and take its upper quantile over the members
+        // credible enough (cumulative weight from the top ≥ max(1 − q, 0.1)).
+        if regime != Regime::GridSteady {
+            let mut order: [usize; MEMBERS] = [0, 1, 2, 3, 4];
+            order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
+            let need_w = (1.0 - q).max(0.1);
+            let mut acc = 0.0;
+            for m in order {
+                if !a[m] {
+                    continue;
+                }
+                acc += w[m];
+                if acc >= need_w {
+                    upper = upper.max(f[m]);
+                    break;
+                }
+            }
+        }
+        if self.pending.len() == PENDING_CAP {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(Pending {
+            t_made: t,
+            t_end: t + h,
+            f,
+            avail: a,
+            point,
+            regime,
+            peak: 0.0,
+        });
+        self.cached_regime = regime;
+        self.cached = Some(ForecastSummary {
+            horizon_s: h,
+            current,
+            point,
+            upper,
+            quantile: q,
+            weights: w,
+            next_change_s: next_change.map(|b| b - t),
+        });
+    }
+
+    /// P(an arrival within `[t, t + H]`) from the idle histogram, the daily activity
+    /// profile and, for gridded signals, the next change point.
+    fn p_arrival(&self, t: f64) -> f64 {
+        let h = self.horizon();
+        let tau = self.idle.idle_for(t);
+        let mut p = self.idle.hist.p_end_within(tau, h, 0.5);
+        // Daily profile over the slots the horizon touches.
+        let s0 = (t / SEASON_STEP_S).floor() as i64;
+        let s1 = ((t + h) / SEASON_STEP_S).floor() as i64;
+        let mut ps: f64 = 0.0;
+        let mut s = s0;
+        while s <= s1 {
+            let slot = s.rem_euclid(DAY_STEPS as i64) as usize;
+            if self.activity_days[slot] >= 2 {
+                ps = ps.max(self.activity[slot] as f64);
+            }
+            s += 1;
+        }
+        p = p.max(ps);
+        if let Some(b) = self.grid.next_change(self.last_t.unwrap_or(t).min(t)) {
+            if b > t + h + 1e-9 {
+                // Nothing changes before the horizon ends: still idle.
+                p = 0.0;
+            }
+        }
+        p.clamp(0.0, 1.0)
+    }
+
+    fn replicas_for(&self, rate: f64) -> u32 {
+        let r = (rate / self.cfg.capacity - 1e-9).ceil();
+        if r.is_finite() {
+            r.clamp(0.0, u32::MAX as f64) as u32
+        } else {
+            u32::MAX
+        }
+    }
+
+    /// Decide the desired replica count at `t` given the current fleet.
+    pub fn plan(&mut self, t_s: f64, ready: u32, warming: u32) -> Decision {
+        let t = if t_s.is_finite() { t_s.max(0.0) } else { 0.0 };
+        if self.last_t.map(|l| t >= l).unwrap_or(true) {
+            self.close_intervals_before(t);
+        }
+        if self.cached.is_none() {
+            self.forecast_from(t);
+        }
+        let fc = self.cached.clone().unwrap_or(ForecastSummary {
+            horizon_s: self.horizon(),
+            current: 0.0,
+            point: 0.0,
+            upper: 0.0,
+            quantile: self.cfg.quantile,
+            weights: vec![0.0; MEMBERS],
+            next_change_s: None,
+        });
+        let n = ready.saturating_add(warming);
+        let mu = self.cfg.capacity;
+        let b = self.last_backlog;
+        // Backlog drain: replicas started now help only after W, so spread the drain over
+        // max(slo, W/2) rather than the SLO alone (which would chase every second of backlog).
+        let drain = b / self.cfg.slo_s.max(0.5 * self.w).max(1.0);
+        let recent_arrival = self
+            .last_arrival_interval_end
+            .map(|l| t - l < self.cfg.interval_s + 1e-9)
+            .unwrap_or(false);
+        let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };
+
+        let (mut desired, mut reason);
+        if self.intervals_seen < 4 {
+            let d = fc.current.max(fc.point) * 1.5 + drain;
+            // Never shed the fleet before there is data to judge it by.
+            desired = self.replicas_for(d).max(n);
+            reason = Reason::Learning { demand: fc.current };
+        } else {
+            let need_fc = self.replicas_for(fc.upper);
+            let raw = self.replicas_for(fc.upper + drain);
+            // Ski-rental break-even: a replica released now and needed again within W costs
+            // more than keeping it, so without exact knowledge of the future (no grid) hold
+            // the largest need of the last W seconds. Between grid change points the future
+            // is known and no hold is needed.
+            let hold_s = if self.grid.period().is_some() {
+                0.0
+            } else {
+                self.w
+            };
+            while let Some(&(tf, _)) = self.recent_need.front() {
+                if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
+                    self.recent_need.pop_front();
+                } else {
+                    break;
+                }
+            }
+            self.recent_need.push_back((t, raw));
+            let need = self.recent_need.iter().map(|x| x.1).max().unwrap_or(raw);
+            desired = need;
+            reason = if need > need_fc && need > n {
+                Reason::DrainBacklog { backlog: b }
+            } else if need > n {
+                Reason::PreScale {
+                    peak: fc.upper,
+                    at_s: fc.next_change_s.unwrap_or(fc.horizon_s).min(fc.horizon_s),
+                    q: fc.quantile,
+                }
+            } else if need < n {
+                Reason::ScaleIn { peak: fc.upper }
+            } else if need > raw && need >= n {
+                Reason::Hold
+            } else {
+                Reason::Steady
+            };
+            // Idle: decide zero / keep-alive / wake.
+            if busy_floor == 0 && need <= 1 {
+                let p = self.p_arrival(t);
+                let tau = self.idle.idle_for(t);
+                let exp_idle = self
+                    .idle
+                    .hist
+                    .expected_remaining(tau)
+                    .unwrap_or(f64::INFINITY);
+                let wake_need = self
+                    .wake_level
+                    .quantile(self.cfg.quantile.min(0.9))
+                    .map(|l| self.replicas_for(l.exp() * mu))
+                    .unwrap_or(1)
+                    .max(1);
+                if p < 0.1 && exp_idle > self.w {
+                    desired = 0;
+                    reason = Reason::ToZero {
+                        p_arrival: p,
+                        expected_idle_s: exp_idle.min(1e9),
+                    };
+                } else if p >= 0.25 || (n > 0 && p >= 0.1) {
+                    let k = if p >= 0.25 {
+                        wake_need.max(need)
+                    } else {
+                        need.max(1)
+                    };
+                    desired = k;
+                    reason = if n == 0 {
+                        Reason::Wake {
+                            in_s: fc.next_change_s.unwrap_or(self.w).min(fc.horizon_s),
+                            p_arrival: p,
+                        }
+                    } else {
+                        Reason::KeepAlive {
+                            p_arrival: p,
+                            expected_idle_s: exp_idle.min(1e9),
+                        }
+                    };
+                } else {
+                    desired = need;
+                }
+            }
+        }
+        if n == 0 && desired > 0 && busy_floor == 0 && !matches!(reason, Reason::Learning { .. }) {
+            reason = Reason::Wake {
+                in_s: fc.next_change_s.unwrap_or(self.w).min(fc.horizon_s),
+                p_arrival: self.p_arrival(t),
+            };
+        }
+        desired = desired.max(busy_floor);
+        if !self.cfg.scale_to_zero {
+            desired = desired.max(1);
+        }
+        if desired > self.cfg.max_replicas {
+            desired = self.cfg.max_replicas;
+            reason = Reason::Bound {
+                limit: self.cfg.max_replicas,
+            };
+        } else if desired < self.cfg.min_replicas {
+            desired = self.cfg.min_replicas;
+            reason = Reason::Bound {
+                limit: self.cfg.min_replicas,
+            };
+        }
+        Decision {
+            desired,
+            reason,
+            forecast: fc,
+        }
+    }
+
+    /// Serializable state for a debug page.
+    pub fn snapshot(&self) -> Snapshot {
+        let t = self.last_t;
+        let tt = t.unwrap_or(0.0);
+        let tau = self.idle.idle_for(tt);
+        let rq = |q: f64| {
+            let tr = if self.grid.period().is_some() {
+                &self.ratio_grid
+            } else {
+                &self.ratio_generic
+            };
+            tr.quantile(q).map(f64::exp)
+        };
+        Snapshot {
+            t_s: t,
+            warmup_planned_s: self.w,
+            recent: self.history.points(0, 120),
+            hourly: self.history.points(2, 288),
+            members: MEMBER_NAMES.iter().map(|s| s.to_string()).collect(),
+            last_forecast: self.cached.clone(),
+            ratio_quantiles: [rq(0.5), rq(0.9), rq(0.99)],
+            grid_period_s: self.grid.period(),
+            idle: IdleStats {
+                idle_for_s: tau,
+                gaps_seen: self.idle.hist.count(),
+                p05_s: self.idle.hist.percentile(0.05),
+                p50_s: self.idle.hist.percentile(0.5),
+                p99_s: self.idle.hist.percentile(0.99),
+                p_arrival_within_w: self.p_arrival(tt),
+                expected_idle_s: self.idle.hist.expected_remaining(tau),
+            },
+            heap_bytes: self.approx_heap_bytes(),
+        }
+    }
+
+    /// Approximate heap bytes held by the history and models (bounded by construction).
+    pub fn approx_heap_bytes(&self) -> usize {
+        self.history.approx_heap_bytes()
+            + self.idle.hist.approx_heap_bytes()
+            + self.fine.capacity() * std::mem::size_of::<(f64, f64, f64)>()
+            + self.hw.approx_heap_bytes()
+            + self.sn_day.approx_heap_bytes()
+            + self.sn_week.approx_heap_bytes()
+            + self.activity.capacity() * 4
+            + self.activity_days.capacity() * 2
+            + self.ensemble.loss.capacity() * 16
+            + self.pending.capacity() * std::mem::size_of::<Pending>()
+            + self.ratio_generic.approx_heap_bytes()
+            + self.ratio_grid.approx_heap_bytes()
+            + self.wake_level.approx_heap_bytes()
+            + self.recent_need.capacity() * 16
+            + self
+                .cached
+                .as_ref()
+                .map(|c| c.weights.capacity() * 8)
+                .unwrap_or(0)
+    }
+}
