@@ -116,17 +116,7 @@ fn main() {
     println!();
     println!(
         "{:<28} {:>4} | {:>9} {:>9} {:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>5} {:>5}",
-        "trace",
-        "W",
-        "pre att%",
-        "pre GPUh",
-        "×orc",
-        "rea att%",
-        "rea GPUh",
-        "orc att%",
-        "orc GPUh",
-        "R1",
-        "R3"
+        "trace", "W", "pre att%", "pre GPUh", "×orc", "rea att%", "rea GPUh", "orc att%", "orc GPUh", "R1", "R3"
     );
     let mut all1 = true;
     let mut all3 = true;
@@ -167,10 +157,7 @@ fn main() {
     let (pm, rm) = (pm / n, rm / n);
     let r2 = pm <= rm / 3.0 + 1e-12;
     println!();
-    println!(
-        "rule 1 (every scenario: att ≥ reactive and GPUh ≤ reactive): {}",
-        if all1 { "pass" } else { "FAIL" }
-    );
+    println!("rule 1 (every scenario: att ≥ reactive and GPUh ≤ reactive): {}", if all1 { "pass" } else { "FAIL" });
     println!(
         "rule 2 (mean miss prescale {:.4}% ≤ 1/3 of reactive {:.4}% = {:.4}%): {}",
         100.0 * pm,
@@ -189,8 +176,7 @@ fn main() {
 /// Time one `plan` (+ the 15 one-second samples before it) on a planner that has seen 14
 /// days of a daily-cycle signal.
 fn latency_bench() {
-    let mut cfg =
-        prescale_forecaster::PlannerConfig::new(25.0, WarmupDist::Fixed(420.0), 15.0, 5.0);
+    let mut cfg = prescale_forecaster::PlannerConfig::new(25.0, WarmupDist::Fixed(420.0), 15.0, 5.0);
     cfg.max_replicas = 100;
     let mut p = Planner::new(cfg).expect("valid config");
     let rate = |t: f64| 200.0 + 80.0 * (t * std::f64::consts::TAU / 86400.0).sin();

@@ -27,11 +27,7 @@ const WARMUPS: [u64; 3] = [60, 180, 420];
 const INTERVAL: u64 = 15;
 
 fn main() -> ExitCode {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .unwrap_or_else(|| "../shared/traces".into()),
-    );
+    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "../shared/traces".into()));
     println!(
         "{:<31} {:>4} {:>9} | {:>9} {:>9} {:>9} {:>7} | {:>9} {:>9} {:>8} | {:>6} {:>8}",
         "trace",
@@ -77,11 +73,7 @@ fn main() -> ExitCode {
                 tr.len(),
                 reactive.score.slo_attainment,
                 reactive.score.gpu_hours,
-                format!(
-                    "{}/{}",
-                    fmt_delay(reactive.score.p50_delay_s),
-                    fmt_delay(reactive.score.p99_delay_s)
-                ),
+                format!("{}/{}", fmt_delay(reactive.score.p50_delay_s), fmt_delay(reactive.score.p99_delay_s)),
                 reactive.score.replica_starts,
                 oracle_gpuh,
                 oracle_sim.score.gpu_hours,

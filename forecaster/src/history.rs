@@ -17,18 +17,9 @@ pub struct TierSpec {
 
 /// The default tiers: 5 s for 3 h, 60 s for 24 h, 300 s for 8 days.
 pub const DEFAULT_TIERS: [TierSpec; 3] = [
-    TierSpec {
-        width_s: 5.0,
-        len: 2160,
-    },
-    TierSpec {
-        width_s: 60.0,
-        len: 1440,
-    },
-    TierSpec {
-        width_s: 300.0,
-        len: 2304,
-    },
+    TierSpec { width_s: 5.0, len: 2160 },
+    TierSpec { width_s: 60.0, len: 1440 },
+    TierSpec { width_s: 300.0, len: 2304 },
 ];
 
 #[derive(Debug, Clone)]
@@ -42,11 +33,7 @@ struct Tier {
 
 impl Tier {
     fn new(spec: TierSpec) -> Self {
-        Tier {
-            spec,
-            mass: vec![0.0; spec.len],
-            newest: None,
-        }
+        Tier { spec, mass: vec![0.0; spec.len], newest: None }
     }
 
     fn slot(&self, k: i64) -> usize {
@@ -114,11 +101,7 @@ impl Tier {
 fn bucket_of(t: f64, w: f64) -> i64 {
     let x = t / w;
     let f = x.floor();
-    let k = if (x - f).abs() < 1e-9 && t > 0.0 {
-        f as i64 - 1
-    } else {
-        f as i64
-    };
+    let k = if (x - f).abs() < 1e-9 && t > 0.0 { f as i64 - 1 } else { f as i64 };
     k.max(i64::MIN / 4)
 }
 
@@ -149,21 +132,11 @@ impl DemandHistory {
         let tiers = specs
             .iter()
             .map(|s| {
-                let width_s = if s.width_s.is_finite() && s.width_s >= 1.0 {
-                    s.width_s
-                } else {
-                    1.0
-                };
-                Tier::new(TierSpec {
-                    width_s,
-                    len: s.len.clamp(1, 100_000),
-                })
+                let width_s = if s.width_s.is_finite() && s.width_s >= 1.0 { s.width_s } else { 1.0 };
+                Tier::new(TierSpec { width_s, len: s.len.clamp(1, 100_000) })
             })
             .collect();
-        DemandHistory {
-            tiers,
-            last_t: None,
-        }
+        DemandHistory { tiers, last_t: None }
     }
 
     /// Record arrival mass observed over `(t - dt, t]`. Non-finite or negative inputs are
@@ -172,16 +145,8 @@ impl DemandHistory {
         if !(0.0..=1e12).contains(&t_s) {
             return;
         }
-        let mass = if mass.is_finite() && mass > 0.0 {
-            mass
-        } else {
-            0.0
-        };
-        let dt = if dt_s.is_finite() && dt_s > 0.0 {
-            dt_s
-        } else {
-            0.0
-        };
+        let mass = if mass.is_finite() && mass > 0.0 { mass } else { 0.0 };
+        let dt = if dt_s.is_finite() && dt_s > 0.0 { dt_s } else { 0.0 };
         let mut t0 = (t_s - dt).max(0.0);
         if let Some(last) = self.last_t {
             if t_s < last {
@@ -256,10 +221,7 @@ impl DemandHistory {
         let first = (n - count + 1).max(0);
         (first..=n)
             .filter_map(|k| {
-                tr.mass_at(k).map(|m| HistoryPoint {
-                    t_s: k as f64 * tr.spec.width_s,
-                    rate: m / tr.spec.width_s,
-                })
+                tr.mass_at(k).map(|m| HistoryPoint { t_s: k as f64 * tr.spec.width_s, rate: m / tr.spec.width_s })
             })
             .collect()
     }
@@ -267,11 +229,7 @@ impl DemandHistory {
     /// Heap bytes held (constant after construction).
     pub fn approx_heap_bytes(&self) -> usize {
         self.tiers.capacity() * std::mem::size_of::<Tier>()
-            + self
-                .tiers
-                .iter()
-                .map(|t| t.mass.capacity() * std::mem::size_of::<f32>())
-                .sum::<usize>()
+            + self.tiers.iter().map(|t| t.mass.capacity() * std::mem::size_of::<f32>()).sum::<usize>()
     }
 }
 
@@ -305,10 +263,7 @@ mod tests {
 
     #[test]
     fn irregular_samples_spread_mass() {
-        let mut h = DemandHistory::new(&[TierSpec {
-            width_s: 10.0,
-            len: 10,
-        }]);
+        let mut h = DemandHistory::new(&[TierSpec { width_s: 10.0, len: 10 }]);
         h.observe(3.0, 3.0, 3.0);
         h.observe(17.0, 14.0, 14.0); // 7 in [3,10), 7 in [10,17)
         assert!((h.rate_at(0, 5.0).unwrap() - 1.0).abs() < 1e-6);

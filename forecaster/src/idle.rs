@@ -20,10 +20,7 @@ pub struct IdleHistogram {
 
 impl Default for IdleHistogram {
     fn default() -> Self {
-        IdleHistogram {
-            counts: vec![0.0; BINS],
-            total: 0.0,
-        }
+        IdleHistogram { counts: vec![0.0; BINS], total: 0.0 }
     }
 }
 
@@ -128,11 +125,7 @@ impl IdleHistogram {
         if self.total <= 0.0 {
             return None;
         }
-        let tau = if tau_s.is_finite() {
-            tau_s.max(0.0)
-        } else {
-            0.0
-        };
+        let tau = if tau_s.is_finite() { tau_s.max(0.0) } else { 0.0 };
         let mut w = 0.0;
         let mut sum = 0.0;
         for i in 0..BINS {

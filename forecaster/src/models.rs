@@ -29,14 +29,7 @@ pub struct Smoothing {
 impl Smoothing {
     pub fn new(alpha: f64, beta: f64, phi: f64) -> Self {
         let c = |x: f64, d: f64| if x.is_finite() { x.clamp(0.0, 1.0) } else { d };
-        Smoothing {
-            alpha: c(alpha, 0.3).max(1e-3),
-            beta: c(beta, 0.0),
-            phi: c(phi, 0.9),
-            level: 0.0,
-            trend: 0.0,
-            n: 0,
-        }
+        Smoothing { alpha: c(alpha, 0.3).max(1e-3), beta: c(beta, 0.0), phi: c(phi, 0.9), level: 0.0, trend: 0.0, n: 0 }
     }
 
     pub fn update(&mut self, y: f64) {
@@ -48,25 +41,17 @@ impl Smoothing {
             let prev = self.level;
             let pred = self.level + self.phi * self.trend;
             self.level = self.alpha * y + (1.0 - self.alpha) * pred;
-            self.trend =
-                self.beta * (self.level - prev) + (1.0 - self.beta) * self.phi * self.trend;
+            self.trend = self.beta * (self.level - prev) + (1.0 - self.beta) * self.phi * self.trend;
         }
         self.n += 1;
     }
 
     /// Forecast `h ≥ 0` steps ahead (damped trend), never negative.
     pub fn forecast(&self, h: f64) -> f64 {
-        let h = if h.is_finite() {
-            h.clamp(0.0, 1e6)
-        } else {
-            0.0
-        };
+        let h = if h.is_finite() { h.clamp(0.0, 1e6) } else { 0.0 };
         // Sum of phi^1..phi^h for the damped trend.
-        let damp = if (self.phi - 1.0).abs() < 1e-9 {
-            h
-        } else {
-            self.phi * (1.0 - self.phi.powf(h)) / (1.0 - self.phi)
-        };
+        let damp =
+            if (self.phi - 1.0).abs() < 1e-9 { h } else { self.phi * (1.0 - self.phi.powf(h)) / (1.0 - self.phi) };
         (self.level + damp * self.trend).max(0.0)
     }
 
@@ -143,10 +128,8 @@ impl HoltWinters {
         } else {
             let prev = self.level;
             let s = self.season[slot];
-            self.level =
-                self.alpha * (y - s) + (1.0 - self.alpha) * (self.level + self.phi * self.trend);
-            self.trend =
-                self.beta * (self.level - prev) + (1.0 - self.beta) * self.phi * self.trend;
+            self.level = self.alpha * (y - s) + (1.0 - self.alpha) * (self.level + self.phi * self.trend);
+            self.trend = self.beta * (self.level - prev) + (1.0 - self.beta) * self.phi * self.trend;
             self.season[slot] = self.gamma * (y - self.level) + (1.0 - self.gamma) * s;
         }
         self.n += 1;
@@ -165,11 +148,8 @@ impl HoltWinters {
         }
         let slot = ((self.n - 1 + h) % self.period as u64) as usize;
         let hh = h.min(10_000) as f64;
-        let damp = if (self.phi - 1.0).abs() < 1e-9 {
-            hh
-        } else {
-            self.phi * (1.0 - self.phi.powf(hh)) / (1.0 - self.phi)
-        };
+        let damp =
+            if (self.phi - 1.0).abs() < 1e-9 { hh } else { self.phi * (1.0 - self.phi.powf(hh)) / (1.0 - self.phi) };
         (self.level + damp * self.trend + self.season[slot]).max(0.0)
     }
 
@@ -189,11 +169,7 @@ pub struct SeasonalNaive {
 impl SeasonalNaive {
     pub fn new(period: usize) -> Self {
         let period = period.clamp(1, 20_000);
-        SeasonalNaive {
-            period,
-            buf: vec![0.0; period],
-            n: 0,
-        }
+        SeasonalNaive { period, buf: vec![0.0; period], n: 0 }
     }
 
     pub fn update(&mut self, y: f64) {
@@ -254,16 +230,8 @@ impl Ensemble {
         Ensemble {
             loss: vec![0.0; members],
             scored: vec![0; members],
-            decay: if decay.is_finite() {
-                decay.clamp(1e-4, 1.0)
-            } else {
-                0.05
-            },
-            q: if q.is_finite() {
-                q.clamp(0.01, 0.99)
-            } else {
-                0.5
-            },
+            decay: if decay.is_finite() { decay.clamp(1e-4, 1.0) } else { 0.05 },
+            q: if q.is_finite() { q.clamp(0.01, 0.99) } else { 0.5 },
         }
     }
 
@@ -273,11 +241,7 @@ impl Ensemble {
         if i >= self.loss.len() || !y.is_finite() || !f.is_finite() {
             return;
         }
-        let s = if scale.is_finite() && scale > 0.0 {
-            scale
-        } else {
-            1.0
-        };
+        let s = if scale.is_finite() && scale > 0.0 { scale } else { 1.0 };
         let l = pinball(y, f, self.q) / s;
         if self.scored[i] == 0 {
             self.loss[i] = l;
@@ -300,20 +264,11 @@ impl Ensemble {
             }
             // Unscored members borrow the worst scored loss (they must earn weight).
             let l = if self.scored[i] == 0 {
-                self.loss
-                    .iter()
-                    .zip(&self.scored)
-                    .filter(|(_, &s)| s > 0)
-                    .map(|(l, _)| *l)
-                    .fold(f64::NAN, f64::max)
+                self.loss.iter().zip(&self.scored).filter(|(_, &s)| s > 0).map(|(l, _)| *l).fold(f64::NAN, f64::max)
             } else {
                 self.loss[i]
             };
-            let wi = if l.is_finite() {
-                1.0 / (l * l + 1e-12)
-            } else {
-                1.0
-            };
+            let wi = if l.is_finite() { 1.0 / (l * l + 1e-12) } else { 1.0 };
             w[i] = wi;
             sum += wi;
         }
@@ -324,11 +279,7 @@ impl Ensemble {
         } else {
             let k = available.iter().filter(|a| **a).count().max(1) as f64;
             for (i, x) in w.iter_mut().enumerate() {
-                *x = if available.get(i).copied().unwrap_or(false) {
-                    1.0 / k
-                } else {
-                    0.0
-                };
+                *x = if available.get(i).copied().unwrap_or(false) { 1.0 / k } else { 0.0 };
             }
         }
         w
@@ -349,21 +300,13 @@ pub struct QuantileTracker {
 
 impl QuantileTracker {
     pub fn new(lo: f64, hi: f64, bins: usize, max_weight: f64) -> Self {
-        let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo {
-            (lo, hi)
-        } else {
-            (-1.0, 1.0)
-        };
+        let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo { (lo, hi) } else { (-1.0, 1.0) };
         QuantileTracker {
             lo,
             hi,
             counts: vec![0.0; bins.clamp(2, 4096)],
             total: 0.0,
-            max_weight: if max_weight.is_finite() && max_weight >= 2.0 {
-                max_weight
-            } else {
-                256.0
-            },
+            max_weight: if max_weight.is_finite() && max_weight >= 2.0 { max_weight } else { 256.0 },
         }
     }
 

@@ -30,13 +30,7 @@ use crate::trace::Trace;
 /// O(I · log r) per interval: if even that bound is infeasible (it exceeds `u32::MAX`, or the
 /// capacity is not finite and `> 0`, or the slo is negative or `NaN`), `r_k` is the bound, capped
 /// at `u32::MAX` — finite but meaningless for such degenerate input. `interval` 0 is read as 1.
-pub fn oracle_plan(
-    trace: &Trace,
-    capacity: f64,
-    slo: f64,
-    interval: u64,
-    min_replicas: u32,
-) -> Vec<u32> {
+pub fn oracle_plan(trace: &Trace, capacity: f64, slo: f64, interval: u64, min_replicas: u32) -> Vec<u32> {
     let interval = usize::try_from(interval.max(1)).unwrap_or(usize::MAX);
     let floor = u64::from(min_replicas.max(1));
     let mut b = 0.0f64;
@@ -110,11 +104,7 @@ pub fn oracle_replica_seconds(r: &[u32], interval: u64, warmup: u64, trace_len: 
     let k_last = r.len() - 1;
     let len_of = |k: usize| -> u128 {
         let start = k as u128 * interval;
-        let end = if k == k_last {
-            u128::from(trace_len)
-        } else {
-            start + interval
-        };
+        let end = if k == k_last { u128::from(trace_len) } else { start + interval };
         end.saturating_sub(start)
     };
     let mut total: u128 = 0;
@@ -168,14 +158,8 @@ impl OraclePolicy {
         let r = oracle_plan(trace, sc.capacity, sc.slo, interval, sc.min_replicas);
         let lookahead = usize::try_from(sc.warmup.div_ceil(interval)).unwrap_or(usize::MAX);
         let desired = window_max(&r, lookahead);
-        let replica_seconds =
-            oracle_replica_seconds(&r, interval, sc.warmup, trace.arrivals.len() as u64);
-        OraclePolicy {
-            interval,
-            r,
-            desired,
-            replica_seconds,
-        }
+        let replica_seconds = oracle_replica_seconds(&r, interval, sc.warmup, trace.arrivals.len() as u64);
+        OraclePolicy { interval, r, desired, replica_seconds }
     }
 
     /// `r_k` per interval ([`oracle_plan`]).
@@ -200,11 +184,7 @@ impl Policy for OraclePolicy {
     }
 
     fn decide(&mut self, obs: &Observation<'_>) -> u32 {
-        usize::try_from(obs.now / self.interval)
-            .ok()
-            .and_then(|k| self.desired.get(k))
-            .copied()
-            .unwrap_or(0)
+        usize::try_from(obs.now / self.interval).ok().and_then(|k| self.desired.get(k)).copied().unwrap_or(0)
     }
 }
 
@@ -243,9 +223,7 @@ pub fn scenario_defaults(
     initial_override: Option<u32>,
 ) -> Scenario {
     let r = oracle_plan(trace, capacity, slo, interval, min_replicas);
-    let first = usize::try_from(warmup / interval.max(1))
-        .unwrap_or(usize::MAX)
-        .saturating_add(2);
+    let first = usize::try_from(warmup / interval.max(1)).unwrap_or(usize::MAX).saturating_add(2);
     let initial = r.iter().take(first).copied().max().unwrap_or(0);
     let max_r = r.iter().copied().max().unwrap_or(0);
     Scenario {
@@ -289,13 +267,7 @@ mod tests {
     fn oracle_terminates_on_hopeless_input() {
         let t = tr(&[1e300, 1.0]);
         assert_eq!(oracle_plan(&t, 1.0, 5.0, 1, 0)[0], u32::MAX);
-        for (mu, slo) in [
-            (0.0, 5.0),
-            (-1.0, 5.0),
-            (f64::NAN, 5.0),
-            (1.0, -1.0),
-            (1.0, f64::NAN),
-        ] {
+        for (mu, slo) in [(0.0, 5.0), (-1.0, 5.0), (f64::NAN, 5.0), (1.0, -1.0), (1.0, f64::NAN)] {
             let r = oracle_plan(&tr(&[1.0, 0.0, 2.0]), mu, slo, 1, 0);
             assert_eq!(r.len(), 3);
         }
@@ -305,23 +277,14 @@ mod tests {
     fn slot_runs_merge_gaps_up_to_w() {
         // I = 10, W = 20, T = 60. Slot 1 on in k0, k3..: gap k1,k2 = 20 s ≤ W → merged.
         // Run from 0 (no W) to 60 → 60.
-        assert_eq!(
-            oracle_replica_seconds(&[1, 0, 0, 1, 1, 1], 10, 20, 60),
-            60.0
-        );
+        assert_eq!(oracle_replica_seconds(&[1, 0, 0, 1, 1, 1], 10, 20, 60), 60.0);
         // Gap of 30 s > W: two runs: [0,10) no W → 10; [40,60) → 20 + 20 = 40. Total 50.
-        assert_eq!(
-            oracle_replica_seconds(&[1, 0, 0, 0, 1, 1], 10, 20, 60),
-            50.0
-        );
+        assert_eq!(oracle_replica_seconds(&[1, 0, 0, 0, 1, 1], 10, 20, 60), 50.0);
         // A run not starting at 0 pays W: [10,20) → 10 + 20.
         assert_eq!(oracle_replica_seconds(&[0, 1, 0], 10, 20, 30), 30.0);
         // Two slots: slot 1 always on (60), slot 2 on at k1 and k4: gap 20 ≤ W → merged
         // [10,50) = 40 + W 20 = 60. Total 120.
-        assert_eq!(
-            oracle_replica_seconds(&[1, 2, 1, 1, 2, 1], 10, 20, 60),
-            120.0
-        );
+        assert_eq!(oracle_replica_seconds(&[1, 2, 1, 1, 2, 1], 10, 20, 60), 120.0);
         // The last interval ends at T: [0,10),[10,13) with r=1 → 13.
         assert_eq!(oracle_replica_seconds(&[1, 1], 10, 20, 13), 13.0);
         assert_eq!(oracle_replica_seconds(&[], 10, 20, 0), 0.0);

@@ -37,13 +37,7 @@ const PENDING_CAP: usize = 512;
 const MEMBERS: usize = 5;
 /// Recent needs kept for the scale-in hold (at most W / I of them are used).
 const NEED_CAP: usize = 2048;
-const MEMBER_NAMES: [&str; MEMBERS] = [
-    "last",
-    "smoothing",
-    "holt-winters",
-    "naive-day",
-    "naive-week",
-];
+const MEMBER_NAMES: [&str; MEMBERS] = ["last", "smoothing", "holt-winters", "naive-day", "naive-week"];
 
 /// Warm-up time W: fixed, or a sample of measured warm-ups planned at `quantile`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,21 +58,13 @@ impl WarmupDist {
                 }
             }
             WarmupDist::Samples { samples, quantile } => {
-                let mut v: Vec<f64> = samples
-                    .iter()
-                    .copied()
-                    .filter(|x| x.is_finite() && *x >= 0.0)
-                    .map(|x| x.min(86400.0))
-                    .collect();
+                let mut v: Vec<f64> =
+                    samples.iter().copied().filter(|x| x.is_finite() && *x >= 0.0).map(|x| x.min(86400.0)).collect();
                 if v.is_empty() {
                     return 0.0;
                 }
                 v.sort_by(f64::total_cmp);
-                let q = if quantile.is_finite() {
-                    quantile.clamp(0.0, 1.0)
-                } else {
-                    0.9
-                };
+                let q = if quantile.is_finite() { quantile.clamp(0.0, 1.0) } else { 0.9 };
                 let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
                 v[i]
             }
@@ -191,34 +177,22 @@ impl fmt::Display for Reason {
             Reason::Learning { demand } => {
                 write!(f, "learning: follow demand {demand:.3} rps with margin")
             }
-            Reason::PreScale { peak, at_s, q } => write!(
-                f,
-                "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s (q{q:.2})"
-            ),
+            Reason::PreScale { peak, at_s, q } => {
+                write!(f, "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s (q{q:.2})")
+            }
             Reason::DrainBacklog { backlog } => write!(f, "drain backlog {backlog:.1}"),
             Reason::Hold => write!(f, "hold: forecast over W not below"),
             Reason::ScaleIn { peak } => {
                 write!(f, "scale in: forecast peak over W {peak:.3} rps")
             }
             Reason::Steady => write!(f, "steady: capacity matches forecast"),
-            Reason::KeepAlive {
-                p_arrival,
-                expected_idle_s,
-            } => write!(
-                f,
-                "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s"
-            ),
-            Reason::ToZero {
-                p_arrival,
-                expected_idle_s,
-            } => write!(
-                f,
-                "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W"
-            ),
-            Reason::Wake { in_s, p_arrival } => write!(
-                f,
-                "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"
-            ),
+            Reason::KeepAlive { p_arrival, expected_idle_s } => {
+                write!(f, "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s")
+            }
+            Reason::ToZero { p_arrival, expected_idle_s } => {
+                write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W")
+            }
+            Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
             Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
         }
     }
@@ -369,6 +343,191 @@ impl GridDetector {
     }
 }
 
+/// Candidate upper quantiles of the forecast-error ratio.
+const CF_QS: [f64; 8] = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995];
+/// Candidate wake thresholds on P(arrival within W + I) (∞ = never wake ahead).
+const CF_WAKES: [f64; 6] = [0.05, 0.15, 0.3, 0.5, 0.8, f64::INFINITY];
+/// Candidate standing levels, multiples of the slow mean rate (bursty traffic whose bursts
+/// are shorter than W can only be served by capacity that is already there).
+const CF_LEVELS: [f64; 8] = [0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
+const CF_N: usize = CF_QS.len() * CF_WAKES.len() * CF_LEVELS.len();
+/// Orders kept for the counterfactual replay (spaced so that W is always covered).
+const CF_ORDERS_CAP: usize = 160;
+/// Half-life of the counterfactual evidence, seconds.
+const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
+/// Time constant of the slow mean rate behind the standing levels, seconds.
+const LEVEL_TAU_S: f64 = 1800.0;
+/// Price of one request served late, in seconds of one replica's service time (1/μ): the
+/// planner accepts paying up to this many service-times of idle capacity to avoid a miss.
+pub const MISS_PRICE_SERVICE_TIMES: f64 = 100.0;
+
+/// What the planner knew at one decision: enough to recompute the capacity every candidate
+/// margin would have ordered.
+#[derive(Debug, Clone, Copy)]
+struct OrderSnap {
+    t: f64,
+    regime: Regime,
+    current: f64,
+    point: f64,
+    /// ln(upper/point) ratio quantile per candidate quantile.
+    lr: [f64; CF_QS.len()],
+    /// Upper of the member mixture per candidate quantile.
+    mix: [f64; CF_QS.len()],
+    p_arrival: f64,
+    wake_rate: f64,
+    level: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cand {
+    q: usize,
+    wake: usize,
+    level: usize,
+}
+
+impl Cand {
+    fn from_index(i: usize) -> Cand {
+        let nl = CF_LEVELS.len();
+        let nw = CF_WAKES.len();
+        Cand { q: i / (nw * nl), wake: (i / nl) % nw, level: i % nl }
+    }
+}
+
+/// Upper demand (req/s) a candidate margin plans for, given a decision's snapshot.
+fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
+    if c.level > 0 && s.regime != Regime::GridSteady {
+        // A standing level replaces the forecast: chasing bursts shorter than W only pays
+        // warm-ups for capacity that arrives after the burst.
+        return CF_LEVELS[c.level] * s.level;
+    }
+    let u = match s.regime {
+        Regime::GridSteady => return s.current,
+        Regime::Idle => {
+            if s.p_arrival >= CF_WAKES[c.wake] {
+                s.point.max(s.wake_rate)
+            } else {
+                0.0
+            }
+        }
+        Regime::Generic | Regime::GridChange => {
+            ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q])
+        }
+    };
+    u
+}
+
+/// Counterfactual replay of every candidate margin: each candidate's fleet follows the
+/// orders it would have placed (ready W later), its own fluid queue is fed the real
+/// arrivals, and its replica-seconds and late mass are accumulated with exponential decay.
+/// The planner then follows the candidate with the lowest cost + price × late mass, i.e. it
+/// learns its safety margin from the misses it would have had (Autopilot's recommender).
+#[derive(Debug, Clone)]
+struct Counterfactual {
+    orders: VecDeque<OrderSnap>,
+    active: Option<OrderSnap>,
+    cap: Vec<f64>,
+    reps: Vec<u32>,
+    backlog: Vec<f64>,
+    late: Vec<f64>,
+    cost: Vec<f64>,
+    seen_s: f64,
+}
+
+impl Counterfactual {
+    fn new() -> Self {
+        Counterfactual {
+            orders: VecDeque::with_capacity(CF_ORDERS_CAP),
+            active: None,
+            cap: vec![0.0; CF_N],
+            reps: vec![0; CF_N],
+            backlog: vec![0.0; CF_N],
+            late: vec![0.0; CF_N],
+            cost: vec![0.0; CF_N],
+            seen_s: 0.0,
+        }
+    }
+
+    fn push(&mut self, s: OrderSnap, min_spacing: f64) {
+        if let Some(b) = self.orders.back() {
+            if s.t < b.t + min_spacing - 1e-9 {
+                return;
+            }
+        }
+        if self.orders.len() == CF_ORDERS_CAP {
+            self.orders.pop_front();
+        }
+        self.orders.push_back(s);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe(&mut self, t0: f64, dt: f64, mass: f64, w: f64, mu: f64, slo: f64, eps: f64, max_r: f64) {
+        // The newest order placed at or before t0 − W is the one in force.
+        let mut changed = None;
+        while let Some(o) = self.orders.front() {
+            if o.t + w <= t0 + 1e-9 {
+                changed = self.orders.pop_front();
+            } else {
+                break;
+            }
+        }
+        if let Some(o) = changed {
+            let drain_s = slo.max(0.5 * w).max(1.0);
+            for i in 0..CF_N {
+                // The candidate also drains its own backlog, as the real planner does.
+                let u = cand_upper(&o, Cand::from_index(i), eps) + self.backlog[i] / drain_s;
+                let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
+                if r > self.reps[i] && self.active.is_some() {
+                    self.cost[i] += w * (r - self.reps[i]) as f64;
+                }
+                self.reps[i] = r;
+                self.cap[i] = r as f64 * mu;
+            }
+            self.active = Some(o);
+        }
+        if self.active.is_none() {
+            return;
+        }
+        self.seen_s += dt;
+        let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
+        for i in 0..CF_N {
+            let c = self.cap[i];
+            let b = (self.backlog[i] + mass - c * dt).max(0.0);
+            self.backlog[i] = b;
+            let late = if b > c * slo + 1e-9 { mass } else { 0.0 };
+            self.late[i] = self.late[i] * decay + late;
+            self.cost[i] = self.cost[i] * decay + self.reps[i] as f64 * dt;
+        }
+    }
+
+    /// The candidate with the lowest cost + `price` × late mass (ties: the larger margin).
+    /// Ties go to the smaller margin; the incumbent `cur` is kept unless another candidate
+    /// is better by more than 2 % (switching margins churns the fleet).
+    fn best(&self, price: f64, cur: Option<usize>) -> usize {
+        let mut best = 0;
+        let mut bj = f64::INFINITY;
+        for i in 0..CF_N {
+            let j = self.cost[i] + price * self.late[i];
+            if j < bj {
+                bj = j;
+                best = i;
+            }
+        }
+        if let Some(c) = cur {
+            if c < CF_N && self.cost[c] + price * self.late[c] <= bj * 1.02 {
+                return c;
+            }
+        }
+        best
+    }
+
+    fn approx_heap_bytes(&self) -> usize {
+        self.orders.capacity() * std::mem::size_of::<OrderSnap>()
+            + (self.cap.capacity() + self.backlog.capacity() + self.late.capacity()) * 8
+            + self.cost.capacity() * 8
+            + self.reps.capacity() * 4
+    }
+}
+
 /// The planner of one ScaledObject.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -408,8 +567,14 @@ pub struct Planner {
     was_idle: bool,
     cached: Option<ForecastSummary>,
     cached_regime: Regime,
+    cached_members: ([f64; MEMBERS], [bool; MEMBERS]),
     intervals_seen: u64,
     recent_need: VecDeque<(f64, u32)>,
+    cf: Counterfactual,
+    cand_idx: Option<usize>,
+    /// Slow mean arrival rate (req/s), time constant `LEVEL_TAU_S`.
+    level: f64,
+    level_t: f64,
 }
 
 fn finite_or(x: f64, d: f64) -> f64 {
@@ -432,10 +597,7 @@ impl Planner {
             return Err(PlannerError::Slo(cfg.slo_s));
         }
         if cfg.min_replicas > cfg.max_replicas {
-            return Err(PlannerError::Bounds {
-                min: cfg.min_replicas,
-                max: cfg.max_replicas,
-            });
+            return Err(PlannerError::Bounds { min: cfg.min_replicas, max: cfg.max_replicas });
         }
         if !(cfg.quantile.is_finite() && cfg.quantile > 0.5 && cfg.quantile < 1.0) {
             return Err(PlannerError::Quantile(cfg.quantile));
@@ -476,8 +638,13 @@ impl Planner {
             was_idle: true,
             cached: None,
             cached_regime: Regime::Generic,
+            cached_members: ([0.0; MEMBERS], [false; MEMBERS]),
             intervals_seen: 0,
             recent_need: VecDeque::new(),
+            cf: Counterfactual::new(),
+            cand_idx: None,
+            level: 0.0,
+            level_t: 0.0,
             cfg,
         })
     }
@@ -525,6 +692,11 @@ impl Planner {
         self.close_intervals_before(t_s - dt);
         self.history.observe(t_s, dt, mass);
         self.idle.observe(t_s, dt, mass > 0.0);
+        let mu = self.cfg.capacity;
+        self.cf.observe(t_s - dt, dt, mass, self.w, mu, self.cfg.slo_s, 0.05 * mu, self.cfg.max_replicas as f64);
+        let g = 1.0 - (-dt / LEVEL_TAU_S).exp();
+        self.level += g * (mass / dt - self.level);
+        self.level_t += dt;
         let rate = mass / dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
         self.grid.observe(t_s - dt, rate, min_period);
@@ -605,11 +777,7 @@ impl Planner {
             let mut a = 0.0;
             for j in e..n {
                 a += pts[j].1;
-                let start = if j + 1 < n {
-                    pts[j + 1].0
-                } else {
-                    pts[j].0 - 1.0
-                };
+                let start = if j + 1 < n { pts[j + 1].0 } else { pts[j].0 - 1.0 };
                 let len = (pts[e].0 - start).max(1e-3);
                 burst = burst.max(a / (len + slo));
             }
@@ -626,8 +794,7 @@ impl Planner {
         // Wake statistics: first active interval after an idle one.
         let active = x > 0.0;
         if active && self.was_idle {
-            self.wake_level
-                .record((x / self.cfg.capacity).max(1e-3).ln());
+            self.wake_level.record((x / self.cfg.capacity).max(1e-3).ln());
         }
         self.was_idle = !active;
         // Resolve pending forecasts.
@@ -746,13 +913,7 @@ impl Planner {
                 a = [false, false, self.hw.ready(), false, false];
             }
             ForecastModel::SeasonalNaive => {
-                a = [
-                    false,
-                    false,
-                    false,
-                    self.sn_day.ready(),
-                    self.sn_week.ready(),
-                ];
+                a = [false, false, false, self.sn_day.ready(), self.sn_week.ready()];
             }
         }
         if !a.iter().any(|x| *x) {
@@ -776,11 +937,7 @@ impl Planner {
             None => Regime::Generic,
         };
         // In grid mode the current rate holds until the change point.
-        let current = if regime == Regime::Generic {
-            self.x_last
-        } else {
-            self.last_rate.max(0.0)
-        };
+        let current = if regime == Regime::Generic { self.x_last } else { self.last_rate.max(0.0) };
         if current <= 0.0 && regime != Regime::GridSteady {
             regime = Regime::Idle;
         }
@@ -825,16 +982,9 @@ impl Planner {
         if self.pending.len() == PENDING_CAP {
             self.pending.pop_front();
         }
-        self.pending.push_back(Pending {
-            t_made: t,
-            t_end: t + h,
-            f,
-            avail: a,
-            point,
-            regime,
-            peak: 0.0,
-        });
+        self.pending.push_back(Pending { t_made: t, t_end: t + h, f, avail: a, point, regime, peak: 0.0 });
         self.cached_regime = regime;
+        self.cached_members = (f, a);
         self.cached = Some(ForecastSummary {
             horizon_s: h,
             current,
@@ -874,6 +1024,86 @@ impl Planner {
         p.clamp(0.0, 1.0)
     }
 
+    /// Slow mean arrival rate (bias-corrected EWMA).
+    fn slow_level(&self) -> f64 {
+        let c = 1.0 - (-self.level_t / LEVEL_TAU_S).exp();
+        if c > 1e-9 {
+            (self.level / c).max(0.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// Everything a candidate margin needs to turn the current forecast into an order.
+    fn order_snap(&self, t: f64, fc: &ForecastSummary) -> OrderSnap {
+        let regime = self.cached_regime;
+        let tracker = match regime {
+            Regime::GridChange => &self.ratio_grid,
+            _ => &self.ratio_generic,
+        };
+        let calibrated = tracker.count() >= 20.0;
+        let (f, a) = self.cached_members;
+        let w = &fc.weights;
+        let mut order: [usize; MEMBERS] = [0, 1, 2, 3, 4];
+        order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
+        let mut lr = [0.7; CF_QS.len()];
+        let mut mix = [0.0; CF_QS.len()];
+        for (k, &q) in CF_QS.iter().enumerate() {
+            if calibrated {
+                lr[k] = tracker.quantile(q).unwrap_or(0.7);
+            }
+            // Members disagreeing (e.g. a level model and a seasonal one before a recurring
+            // peak): read the weights as a mixture and take its upper quantile over the
+            // members credible enough (cumulative weight from the top ≥ max(1 − q, 0.1)).
+            let need_w = (1.0 - q).max(0.1);
+            let mut acc = 0.0;
+            for &m in &order {
+                if !a[m] || m >= w.len() {
+                    continue;
+                }
+                acc += w[m];
+                if acc >= need_w {
+                    mix[k] = f[m];
+                    break;
+                }
+            }
+        }
+        let mu = self.cfg.capacity;
+        let wake_rate =
+            self.wake_level.quantile(0.9).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu);
+        OrderSnap {
+            t,
+            regime,
+            current: fc.current,
+            point: fc.point,
+            lr,
+            mix,
+            p_arrival: self.p_arrival(t),
+            wake_rate,
+            level: self.slow_level(),
+        }
+    }
+
+    /// The candidate margin in force: the counterfactual's best once it has seen enough,
+    /// else the configured quantile with no standing level.
+    fn chosen_candidate(&mut self) -> Cand {
+        let warm = self.horizon() + 120.0;
+        if self.cf.seen_s >= warm {
+            let price = std::env::var("PRESCALE_PRICE").ok().and_then(|x| x.parse::<f64>().ok()).unwrap_or(MISS_PRICE_SERVICE_TIMES) / self.cfg.capacity;
+            let i = self.cf.best(price, self.cand_idx);
+            self.cand_idx = Some(i);
+            Cand::from_index(i)
+        } else {
+            let q = CF_QS
+                .iter()
+                .enumerate()
+                .min_by(|x, y| (x.1 - self.cfg.quantile).abs().total_cmp(&(y.1 - self.cfg.quantile).abs()))
+                .map(|x| x.0)
+                .unwrap_or(CF_QS.len() - 2);
+            Cand { q: std::env::var("PRESCALE_Q0").ok().and_then(|x| x.parse::<usize>().ok()).unwrap_or(q), wake: 2, level: 0 }
+        }
+    }
+
     fn replicas_for(&self, rate: f64) -> u32 {
         let r = (rate / self.cfg.capacity - 1e-9).ceil();
         if r.is_finite() {
@@ -892,7 +1122,7 @@ impl Planner {
         if self.cached.is_none() {
             self.forecast_from(t);
         }
-        let fc = self.cached.clone().unwrap_or(ForecastSummary {
+        let mut fc = self.cached.clone().unwrap_or(ForecastSummary {
             horizon_s: self.horizon(),
             current: 0.0,
             point: 0.0,
@@ -903,14 +1133,34 @@ impl Planner {
         });
         let n = ready.saturating_add(warming);
         let mu = self.cfg.capacity;
+        let snap = self.order_snap(t, &fc);
+        let spacing = (self.w / (CF_ORDERS_CAP as f64 - 32.0)).max(self.cfg.interval_s);
+        self.cf.push(snap, spacing);
+        let cand = self.chosen_candidate();
+        if std::env::var_os("PRESCALE_DUMP").is_some() && (t as u64) % 1200 == 0 {
+            for i in 0..CF_N {
+                let c = Cand::from_index(i);
+                if c.wake == 3 && (c.q == 0 || c.q == 3 || c.q == 6) {
+                    eprintln!("dump t={t} {c:?} cost={:.0} late={:.1}", self.cf.cost[i], self.cf.late[i]);
+                }
+            }
+        }
+        if std::env::var_os("PRESCALE_DIAG").is_some() && ((t as u64) % 600 == 0 || std::env::var_os("PRESCALE_DIAG_ALL").is_some()) {
+            let bi = self.cf.best(MISS_PRICE_SERVICE_TIMES / mu, None);
+            eprintln!(
+                "diag t={t} cand={cand:?} seen={:.0} cost={:.0} late={:.1} regime={:?} cur={:.2} pt={:.2} lvl={:.2} up={:.2}",
+                self.cf.seen_s, self.cf.cost[bi], self.cf.late[bi], snap.regime, snap.current, snap.point, snap.level,
+                cand_upper(&snap, cand, 0.05 * mu)
+            );
+        }
+        fc.upper = cand_upper(&snap, cand, 0.05 * mu);
+        fc.quantile = CF_QS[cand.q];
         let b = self.last_backlog;
         // Backlog drain: replicas started now help only after W, so spread the drain over
         // max(slo, W/2) rather than the SLO alone (which would chase every second of backlog).
         let drain = b / self.cfg.slo_s.max(0.5 * self.w).max(1.0);
-        let recent_arrival = self
-            .last_arrival_interval_end
-            .map(|l| t - l < self.cfg.interval_s + 1e-9)
-            .unwrap_or(false);
+        let recent_arrival =
+            self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };
 
         let (mut desired, mut reason);
@@ -929,7 +1179,7 @@ impl Planner {
             let hold_s = if self.grid.period().is_some() {
                 0.0
             } else {
-                self.w
+                std::env::var("PRESCALE_HOLD").ok().and_then(|x| x.parse::<f64>().ok()).unwrap_or(1.0) * self.w
             };
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
@@ -956,47 +1206,28 @@ impl Planner {
             } else {
                 Reason::Steady
             };
-            // Idle: decide zero / keep-alive / wake.
-            if busy_floor == 0 && need <= 1 {
-                let p = self.p_arrival(t);
+            // Idle: decide zero / keep-alive / wake (the wake threshold is the candidate's).
+            if busy_floor == 0 && (need <= 1 || snap.regime == Regime::Idle) {
+                let p = snap.p_arrival;
                 let tau = self.idle.idle_for(t);
-                let exp_idle = self
-                    .idle
-                    .hist
-                    .expected_remaining(tau)
-                    .unwrap_or(f64::INFINITY);
-                let wake_need = self
-                    .wake_level
-                    .quantile(self.cfg.quantile.min(0.9))
-                    .map(|l| self.replicas_for(l.exp() * mu))
-                    .unwrap_or(1)
-                    .max(1);
-                if p < 0.1 && exp_idle > self.w {
-                    desired = 0;
-                    reason = Reason::ToZero {
-                        p_arrival: p,
-                        expected_idle_s: exp_idle.min(1e9),
-                    };
-                } else if p >= 0.25 || (n > 0 && p >= 0.1) {
-                    let k = if p >= 0.25 {
-                        wake_need.max(need)
-                    } else {
-                        need.max(1)
-                    };
-                    desired = k;
+                let exp_idle = self.idle.hist.expected_remaining(tau).unwrap_or(f64::INFINITY);
+                if p >= CF_WAKES[cand.wake] && need >= 1 {
+                    desired = need;
                     reason = if n == 0 {
-                        Reason::Wake {
-                            in_s: fc.next_change_s.unwrap_or(self.w).min(fc.horizon_s),
-                            p_arrival: p,
-                        }
+                        Reason::Wake { in_s: fc.next_change_s.unwrap_or(self.w).min(fc.horizon_s), p_arrival: p }
                     } else {
-                        Reason::KeepAlive {
-                            p_arrival: p,
-                            expected_idle_s: exp_idle.min(1e9),
-                        }
+                        Reason::KeepAlive { p_arrival: p, expected_idle_s: exp_idle.min(1e9) }
                     };
+                } else if n > 0 && exp_idle <= self.w && p >= 0.1 {
+                    // Ski-rental: the idle spell is expected to end before a restart would
+                    // pay off.
+                    desired = need.max(1);
+                    reason = Reason::KeepAlive { p_arrival: p, expected_idle_s: exp_idle };
                 } else {
                     desired = need;
+                    if need == 0 {
+                        reason = Reason::ToZero { p_arrival: p, expected_idle_s: exp_idle.min(1e9) };
+                    }
                 }
             }
         }
@@ -1012,20 +1243,12 @@ impl Planner {
         }
         if desired > self.cfg.max_replicas {
             desired = self.cfg.max_replicas;
-            reason = Reason::Bound {
-                limit: self.cfg.max_replicas,
-            };
+            reason = Reason::Bound { limit: self.cfg.max_replicas };
         } else if desired < self.cfg.min_replicas {
             desired = self.cfg.min_replicas;
-            reason = Reason::Bound {
-                limit: self.cfg.min_replicas,
-            };
+            reason = Reason::Bound { limit: self.cfg.min_replicas };
         }
-        Decision {
-            desired,
-            reason,
-            forecast: fc,
-        }
+        Decision { desired, reason, forecast: fc }
     }
 
     /// Serializable state for a debug page.
@@ -1034,11 +1257,7 @@ impl Planner {
         let tt = t.unwrap_or(0.0);
         let tau = self.idle.idle_for(tt);
         let rq = |q: f64| {
-            let tr = if self.grid.period().is_some() {
-                &self.ratio_grid
-            } else {
-                &self.ratio_generic
-            };
+            let tr = if self.grid.period().is_some() { &self.ratio_grid } else { &self.ratio_generic };
             tr.quantile(q).map(f64::exp)
         };
         Snapshot {
@@ -1079,10 +1298,7 @@ impl Planner {
             + self.ratio_grid.approx_heap_bytes()
             + self.wake_level.approx_heap_bytes()
             + self.recent_need.capacity() * 16
-            + self
-                .cached
-                .as_ref()
-                .map(|c| c.weights.capacity() * 8)
-                .unwrap_or(0)
+            + self.cf.approx_heap_bytes()
+            + self.cached.as_ref().map(|c| c.weights.capacity() * 8).unwrap_or(0)
     }
 }

@@ -38,13 +38,7 @@ impl PrescalePolicy {
     }
 
     pub fn with_config(cfg: PlannerConfig) -> Result<Self, PlannerError> {
-        Ok(PrescalePolicy {
-            planner: Planner::new(cfg)?,
-            fed: 0,
-            last: None,
-            keep_reasons: false,
-            reasons: Vec::new(),
-        })
+        Ok(PrescalePolicy { planner: Planner::new(cfg)?, fed: 0, last: None, keep_reasons: false, reasons: Vec::new() })
     }
 
     /// Keep `(t, desired, reason)` of every decision (for plan CSVs with a reason column).
@@ -72,13 +66,10 @@ impl Policy for PrescalePolicy {
     }
 
     fn decide(&mut self, obs: &Observation<'_>) -> u32 {
-        let upto = (obs.now as usize)
-            .min(obs.arrivals.len())
-            .min(obs.backlog.len());
+        let upto = (obs.now as usize).min(obs.arrivals.len()).min(obs.backlog.len());
         while self.fed < upto {
             let s = self.fed;
-            self.planner
-                .observe(s as f64 + 1.0, 1.0, obs.arrivals[s], obs.backlog[s]);
+            self.planner.observe(s as f64 + 1.0, 1.0, obs.arrivals[s], obs.backlog[s]);
             self.fed += 1;
         }
         let d = self.planner.plan(obs.now as f64, obs.ready, obs.warming);

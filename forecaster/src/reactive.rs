@@ -79,9 +79,7 @@ impl Policy for ReactivePolicy {
         let queue = ceil_count(q / (mu * self.slo));
         let raw = util.max(queue);
 
-        let recent = a
-            .len()
-            .saturating_sub(usize::try_from(self.interval).unwrap_or(usize::MAX));
+        let recent = a.len().saturating_sub(usize::try_from(self.interval).unwrap_or(usize::MAX));
         let active = q > 0.0 || a[recent..].iter().any(|&x| x > 0.0);
         if active {
             self.last_active = s;
@@ -133,13 +131,7 @@ mod tests {
     }
 
     fn obs<'a>(now: u64, a: &'a [f64], b: &'a [f64], ready: u32, warming: u32) -> Observation<'a> {
-        Observation {
-            now,
-            arrivals: a,
-            backlog: b,
-            ready,
-            warming,
-        }
+        Observation { now, arrivals: a, backlog: b, ready, warming }
     }
 
     #[test]
@@ -242,11 +234,7 @@ mod tests {
                 2 => 0.0,
                 _ => 6.0,
             };
-            let burst = if phase != 2 && x % 97 == 0 {
-                (x % 40) as f64
-            } else {
-                0.0
-            };
+            let burst = if phase != 2 && x % 97 == 0 { (x % 40) as f64 } else { 0.0 };
             *v = (base * ((x >> 8) % 100) as f64 / 50.0).round() + burst;
         }
         trace_from_rates(1, &a)

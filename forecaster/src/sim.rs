@@ -121,18 +121,9 @@ pub enum PlanError {
     #[error("line {line}: unknown plan header {found:?}; expected `t_s,desired` (extra columns allowed)")]
     UnknownHeader { line: usize, found: String },
     #[error("line {line}: column {column} `{name}` is missing")]
-    MissingField {
-        line: usize,
-        column: usize,
-        name: &'static str,
-    },
+    MissingField { line: usize, column: usize, name: &'static str },
     #[error("line {line}, column {column} `{name}`: bad value {value:?}; expected a non-negative integer")]
-    BadNumber {
-        line: usize,
-        column: usize,
-        name: &'static str,
-        value: String,
-    },
+    BadNumber { line: usize, column: usize, name: &'static str, value: String },
     #[error("line {line}: t_s = {t} is not after the previous row's {previous}")]
     NotIncreasing { line: usize, t: u64, previous: u64 },
 }
@@ -141,16 +132,10 @@ pub enum PlanError {
 /// `≥ 0`, interval `≥ 1`, `min_replicas ≤ max_replicas`.
 pub fn check_scenario(sc: &Scenario) -> Result<(), SimError> {
     if !(sc.capacity.is_finite() && sc.capacity > 0.0) {
-        return Err(SimError::Scenario(format!(
-            "capacity must be a finite number > 0, got {}",
-            sc.capacity
-        )));
+        return Err(SimError::Scenario(format!("capacity must be a finite number > 0, got {}", sc.capacity)));
     }
     if !(sc.slo.is_finite() && sc.slo >= 0.0) {
-        return Err(SimError::Scenario(format!(
-            "slo must be a finite number ≥ 0, got {}",
-            sc.slo
-        )));
+        return Err(SimError::Scenario(format!("slo must be a finite number ≥ 0, got {}", sc.slo)));
     }
     if sc.interval == 0 {
         return Err(SimError::Scenario("interval must be at least 1 s".into()));
@@ -235,13 +220,7 @@ pub fn simulate(
 
         // 1. Decision.
         if decision {
-            let obs = Observation {
-                now,
-                arrivals: &a[..s],
-                backlog: &backlog_hist[..s],
-                ready,
-                warming: warming_n,
-            };
+            let obs = Observation { now, arrivals: &a[..s], backlog: &backlog_hist[..s], ready, warming: warming_n };
             let want = policy.decide(&obs);
             let d = want.max(sc.min_replicas).min(sc.max_replicas);
             let n = u64::from(ready) + u64::from(warming_n);
@@ -299,11 +278,9 @@ pub fn simulate(
             res.backlog.push(backlog);
             res.backlog_max.push(backlog);
             res.arrivals.push(arrival);
-        } else if let (Some(b), Some(bm), Some(ar)) = (
-            res.backlog.last_mut(),
-            res.backlog_max.last_mut(),
-            res.arrivals.last_mut(),
-        ) {
+        } else if let (Some(b), Some(bm), Some(ar)) =
+            (res.backlog.last_mut(), res.backlog_max.last_mut(), res.arrivals.last_mut())
+        {
             *b = backlog;
             *bm = bm.max(backlog);
             *ar += arrival;
@@ -383,17 +360,8 @@ fn score_delays(arrivals: &[f64], delays: &[Option<u64>], slo: f64) -> Score {
     let finite: f64 = hist.iter().sum();
     let total = finite + infinite;
     let (attainment, p50, p99) = if total > 0.0 {
-        let within: f64 = hist
-            .iter()
-            .enumerate()
-            .take_while(|(d, _)| (*d as f64) <= slo)
-            .map(|(_, m)| m)
-            .sum();
-        (
-            (within / total).clamp(0.0, 1.0),
-            quantile(&hist, total, 0.50),
-            quantile(&hist, total, 0.99),
-        )
+        let within: f64 = hist.iter().enumerate().take_while(|(d, _)| (*d as f64) <= slo).map(|(_, m)| m).sum();
+        ((within / total).clamp(0.0, 1.0), quantile(&hist, total, 0.50), quantile(&hist, total, 0.99))
     } else {
         (1.0, 0.0, 0.0)
     };
@@ -432,10 +400,7 @@ pub struct PlanPolicy {
 impl PlanPolicy {
     /// `desired[k]` is the answer at second `k · interval`.
     pub fn new(interval: u64, desired: Vec<u32>) -> Self {
-        PlanPolicy {
-            interval: interval.max(1),
-            desired,
-        }
+        PlanPolicy { interval: interval.max(1), desired }
     }
 }
 
@@ -445,37 +410,22 @@ impl Policy for PlanPolicy {
     }
 
     fn decide(&mut self, obs: &Observation<'_>) -> u32 {
-        usize::try_from(obs.now / self.interval)
-            .ok()
-            .and_then(|k| self.desired.get(k))
-            .copied()
-            .unwrap_or(0)
+        usize::try_from(obs.now / self.interval).ok().and_then(|k| self.desired.get(k)).copied().unwrap_or(0)
     }
 }
 
 /// Rescores an existing plan: it must have exactly one row per decision time `0, I, 2I, …`
 /// (`ceil(T / I)` rows, in order). Rows are clamped to `[min, max]` like any policy answer.
-pub fn score_plan(
-    trace: &Trace,
-    sc: &Scenario,
-    plan: &[(u64, u32)],
-) -> Result<SimResult, SimError> {
+pub fn score_plan(trace: &Trace, sc: &Scenario, plan: &[(u64, u32)]) -> Result<SimResult, SimError> {
     check_scenario(sc)?;
     let expected = decision_count(trace.len() as u64, sc.interval);
     if plan.len() as u64 != expected {
-        return Err(SimError::PlanLength {
-            got: plan.len(),
-            expected,
-        });
+        return Err(SimError::PlanLength { got: plan.len(), expected });
     }
     for (row, &(t, _)) in plan.iter().enumerate() {
         let want = row as u64 * sc.interval;
         if t != want {
-            return Err(SimError::PlanTime {
-                row: row + 1,
-                expected: want,
-                got: t,
-            });
+            return Err(SimError::PlanTime { row: row + 1, expected: want, got: t });
         }
     }
     let mut policy = PlanPolicy::new(sc.interval, plan.iter().map(|&(_, d)| d).collect());
@@ -499,37 +449,21 @@ pub fn parse_plan_csv(text: &str) -> Result<Vec<(u64, u32)>, PlanError> {
     let mut lines = text
         .lines()
         .enumerate()
-        .map(|(i, l)| {
-            (
-                i + 1,
-                if i == 0 {
-                    l.trim_start_matches('\u{feff}')
-                } else {
-                    l
-                },
-            )
-        })
+        .map(|(i, l)| (i + 1, if i == 0 { l.trim_start_matches('\u{feff}') } else { l }))
         .filter(|(_, l)| !l.trim().is_empty());
     let Some((hline, header)) = lines.next() else {
         return Err(PlanError::Empty);
     };
     let h: Vec<&str> = header.split(',').map(str::trim).collect();
     if h.len() < 2 || h[0] != "t_s" || h[1] != "desired" {
-        return Err(PlanError::UnknownHeader {
-            line: hline,
-            found: header.trim().chars().take(120).collect(),
-        });
+        return Err(PlanError::UnknownHeader { line: hline, found: header.trim().chars().take(120).collect() });
     }
     let mut plan: Vec<(u64, u32)> = Vec::new();
     for (line, l) in lines {
         let mut f = l.split(',').map(str::trim);
         let t_raw = f.next().unwrap_or("");
         let Some(d_raw) = f.next() else {
-            return Err(PlanError::MissingField {
-                line,
-                column: 2,
-                name: "desired",
-            });
+            return Err(PlanError::MissingField { line, column: 2, name: "desired" });
         };
         let t = parse_count(t_raw, u64::MAX).ok_or_else(|| PlanError::BadNumber {
             line,
@@ -602,13 +536,7 @@ mod tests {
             "scripted"
         }
         fn decide(&mut self, obs: &Observation<'_>) -> u32 {
-            self.seen.push((
-                obs.now,
-                obs.arrivals.len(),
-                obs.backlog.len(),
-                obs.ready,
-                obs.warming,
-            ));
+            self.seen.push((obs.now, obs.arrivals.len(), obs.backlog.len(), obs.ready, obs.warming));
             self.answers[self.seen.len() - 1]
         }
     }
@@ -618,10 +546,7 @@ mod tests {
         // μ=1, W=2, I=1, no initial replicas, slo 2.
         let t = arrivals(&[3.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
         let sc = scenario(1.0, 2, 1, 0, 10, 2.0);
-        let mut p = Scripted {
-            answers: vec![2, 2, 2, 1, 1, 0],
-            seen: vec![],
-        };
+        let mut p = Scripted { answers: vec![2, 2, 2, 1, 1, 0], seen: vec![] };
         let r = simulate(&t, &sc, &mut p, None);
         // s0: start 2 (ready at 2), served 0, b=3 | s1: b=3 | s2: 2 ready, served 2, b=1
         // s3: remove 1 ready, a=1, served 1, b=1 | s4: served 1, b=0 | s5: remove 1.
@@ -645,14 +570,7 @@ mod tests {
         // The policy saw exactly the past, and the counts at the start of each second.
         assert_eq!(
             p.seen,
-            vec![
-                (0, 0, 0, 0, 0),
-                (1, 1, 1, 0, 2),
-                (2, 2, 2, 0, 2),
-                (3, 3, 3, 2, 0),
-                (4, 4, 4, 1, 0),
-                (5, 5, 5, 1, 0)
-            ]
+            vec![(0, 0, 0, 0, 0), (1, 1, 1, 0, 2), (2, 2, 2, 0, 2), (3, 3, 3, 2, 0), (4, 4, 4, 1, 0), (5, 5, 5, 1, 0)]
         );
     }
 
@@ -671,11 +589,7 @@ mod tests {
         assert_eq!(r.ready, vec![1, 1, 1, 2, 2, 0, 0]);
         assert_eq!(r.warming, vec![1, 3, 1, 0, 0, 0, 0]);
         // Oldest-first removal would leave a replica that becomes ready at 4, not 3.
-        assert_eq!(
-            p.seen[3],
-            (3, 3, 3, 1, 1),
-            "ready second 3 still warming at the decision"
-        );
+        assert_eq!(p.seen[3], (3, 3, 3, 1, 1), "ready second 3 still warming at the decision");
         assert_eq!(p.seen[4], (4, 4, 4, 2, 0));
         assert_eq!(r.score.replica_starts, 3);
         assert_eq!(r.score.replica_seconds, (2 + 4 + 2 + 2 + 2) as f64);
@@ -686,10 +600,7 @@ mod tests {
         // 1 initial ready; start 1 at s0 (ready at 2); at s2 ask for 1: the warming one goes.
         let t = arrivals(&[0.0; 4]);
         let sc = scenario(1.0, 2, 1, 1, 10, 5.0);
-        let mut p = Scripted {
-            answers: vec![2, 2, 1, 1],
-            seen: vec![],
-        };
+        let mut p = Scripted { answers: vec![2, 2, 1, 1], seen: vec![] };
         let r = simulate(&t, &sc, &mut p, None);
         assert_eq!(r.ready, vec![1, 1, 1, 1]);
         assert_eq!(r.warming, vec![1, 1, 0, 0]);
@@ -700,10 +611,7 @@ mod tests {
         let t = arrivals(&[1.0; 10]);
         let mut sc = scenario(1.0, 0, 4, 0, 3, 5.0);
         sc.min_replicas = 1;
-        let mut p = Scripted {
-            answers: vec![100, 0, 2],
-            seen: vec![],
-        };
+        let mut p = Scripted { answers: vec![100, 0, 2], seen: vec![] };
         let r = simulate(&t, &sc, &mut p, None);
         assert_eq!(r.plan, vec![(0, 3), (4, 1), (8, 2)]);
         assert_eq!(p.seen.len(), 3);
@@ -801,12 +709,7 @@ mod tests {
         let sc = scenario(1.0, 0, 15, 1, 2, 5.0);
         let mut calls = Vec::new();
         let mut cb = |s: u64, total: u64| calls.push((s, total));
-        let _ = simulate(
-            &t,
-            &sc,
-            &mut PlanPolicy::new(15, vec![1; 6667]),
-            Some(&mut cb),
-        );
+        let _ = simulate(&t, &sc, &mut PlanPolicy::new(15, vec![1; 6667]), Some(&mut cb));
         assert!(calls.len() <= 202, "{} calls", calls.len());
         assert!(calls.len() >= 100);
         assert_eq!(calls.last(), Some(&(100_003, 100_003)));
@@ -826,64 +729,29 @@ mod tests {
         let again = score_plan(&t, &sc, &back).unwrap();
         assert_eq!(again.score, r.score);
         // Extra columns, CRLF, integral floats are fine.
-        assert_eq!(
-            parse_plan_csv("t_s,desired,reason\r\n0,2.0,x\r\n\r\n2,1,y\r\n").unwrap(),
-            vec![(0, 2), (2, 1)]
-        );
+        assert_eq!(parse_plan_csv("t_s,desired,reason\r\n0,2.0,x\r\n\r\n2,1,y\r\n").unwrap(), vec![(0, 2), (2, 1)]);
     }
 
     #[test]
     fn plan_errors() {
         assert_eq!(parse_plan_csv(""), Err(PlanError::Empty));
-        assert!(matches!(
-            parse_plan_csv("t,d\n"),
-            Err(PlanError::UnknownHeader { line: 1, .. })
-        ));
+        assert!(matches!(parse_plan_csv("t,d\n"), Err(PlanError::UnknownHeader { line: 1, .. })));
         assert!(matches!(
             parse_plan_csv("t_s,desired\n0,1\n15,-1\n"),
-            Err(PlanError::BadNumber {
-                line: 3,
-                column: 2,
-                ..
-            })
+            Err(PlanError::BadNumber { line: 3, column: 2, .. })
         ));
-        assert!(matches!(
-            parse_plan_csv("t_s,desired\n0,1\n15\n"),
-            Err(PlanError::MissingField { line: 3, .. })
-        ));
-        assert!(matches!(
-            parse_plan_csv("t_s,desired\n0,1\n0,1\n"),
-            Err(PlanError::NotIncreasing { line: 3, .. })
-        ));
-        assert!(matches!(
-            parse_plan_csv("t_s,desired\n0,99999999999\n"),
-            Err(PlanError::BadNumber { .. })
-        ));
+        assert!(matches!(parse_plan_csv("t_s,desired\n0,1\n15\n"), Err(PlanError::MissingField { line: 3, .. })));
+        assert!(matches!(parse_plan_csv("t_s,desired\n0,1\n0,1\n"), Err(PlanError::NotIncreasing { line: 3, .. })));
+        assert!(matches!(parse_plan_csv("t_s,desired\n0,99999999999\n"), Err(PlanError::BadNumber { .. })));
         let t = arrivals(&[1.0; 30]);
         let sc = scenario(1.0, 0, 15, 0, 3, 5.0);
-        assert_eq!(
-            score_plan(&t, &sc, &[(0, 1)]).unwrap_err(),
-            SimError::PlanLength {
-                got: 1,
-                expected: 2
-            }
-        );
+        assert_eq!(score_plan(&t, &sc, &[(0, 1)]).unwrap_err(), SimError::PlanLength { got: 1, expected: 2 });
         assert!(matches!(
             score_plan(&t, &sc, &[(0, 1), (10, 1)]),
-            Err(SimError::PlanTime {
-                row: 2,
-                expected: 15,
-                got: 10
-            })
+            Err(SimError::PlanTime { row: 2, expected: 15, got: 10 })
         ));
-        let bad = Scenario {
-            min_replicas: 5,
-            ..sc
-        };
-        assert!(matches!(
-            score_plan(&t, &bad, &[(0, 1), (15, 1)]),
-            Err(SimError::Scenario(_))
-        ));
+        let bad = Scenario { min_replicas: 5, ..sc };
+        assert!(matches!(score_plan(&t, &bad, &[(0, 1), (15, 1)]), Err(SimError::Scenario(_))));
     }
 
     #[test]
@@ -892,10 +760,7 @@ mod tests {
         for sc in [
             scenario(0.0, 0, 0, 1, 1, 5.0),
             scenario(-1.0, u64::MAX, 1, u32::MAX, u32::MAX, -1.0),
-            Scenario {
-                min_replicas: 9,
-                ..scenario(f64::NAN, 0, 1, 0, 1, f64::NAN)
-            },
+            Scenario { min_replicas: 9, ..scenario(f64::NAN, 0, 1, 0, 1, f64::NAN) },
         ] {
             let mut p = PlanPolicy::new(1, vec![u32::MAX, 0, 7, 1]);
             let r = simulate(&t, &sc, &mut p, None);
@@ -915,8 +780,7 @@ mod tests {
 
     fn naive(a: &[f64], sc: &Scenario, answers: &[u32]) -> Naive {
         // (ready second or None when ready, start sequence number)
-        let mut reps: Vec<(Option<u64>, u64)> =
-            (0..sc.initial_replicas).map(|i| (None, i as u64)).collect();
+        let mut reps: Vec<(Option<u64>, u64)> = (0..sc.initial_replicas).map(|i| (None, i as u64)).collect();
         let mut seq = sc.initial_replicas as u64;
         let (mut cost, mut starts, mut b) = (0u64, 0u64, 0.0f64);
         let mut backlog = vec![];
@@ -961,18 +825,10 @@ mod tests {
         let delays = (0..n)
             .map(|s0| {
                 let cum_a: f64 = a[..=s0].iter().sum();
-                (s0..n)
-                    .find(|&t| served[..=t].iter().sum::<f64>() >= cum_a - 1e-9)
-                    .map(|t| (t - s0) as u64)
+                (s0..n).find(|&t| served[..=t].iter().sum::<f64>() >= cum_a - 1e-9).map(|t| (t - s0) as u64)
             })
             .collect();
-        Naive {
-            cost,
-            starts,
-            backlog,
-            delays,
-            plan,
-        }
+        Naive { cost, starts, backlog, delays, plan }
     }
 
     fn naive_quantile(a: &[f64], delays: &[Option<u64>], q: f64) -> f64 {

@@ -96,34 +96,13 @@ pub enum TraceError {
     #[error("line {line}: the header is not followed by any data row")]
     NoRows { line: usize },
     #[error("line {line}: column {column} `{name}` is missing (the row has {got} fields)")]
-    MissingField {
-        line: usize,
-        column: usize,
-        name: &'static str,
-        got: usize,
-    },
+    MissingField { line: usize, column: usize, name: &'static str, got: usize },
     #[error("line {line}, column {column} `{name}`: bad timestamp {value:?} ({reason}); expected `YYYY-MM-DD HH:MM:SS[.fraction]`")]
-    BadTimestamp {
-        line: usize,
-        column: usize,
-        name: &'static str,
-        value: String,
-        reason: &'static str,
-    },
+    BadTimestamp { line: usize, column: usize, name: &'static str, value: String, reason: &'static str },
     #[error("line {line}, column {column} `{name}`: bad number {value:?}; expected {expected}")]
-    BadNumber {
-        line: usize,
-        column: usize,
-        name: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    BadNumber { line: usize, column: usize, name: &'static str, value: String, expected: &'static str },
     #[error("line {line}, column 1 `window_start_s`: window start {start} is not after the previous start {previous}")]
-    NonIncreasingStart {
-        line: usize,
-        start: i64,
-        previous: i64,
-    },
+    NonIncreasingStart { line: usize, start: i64, previous: i64 },
     #[error("line {line}, column 2 `rate_rps`: negative rate {value}")]
     NegativeRate { line: usize, value: f64 },
     #[error("line {line}: a rate series needs at least two windows (the window width is the difference of the first two starts)")]
@@ -159,12 +138,7 @@ pub fn read_trace<R: BufRead>(mut reader: R) -> Result<Trace, TraceError> {
                 let line = line.strip_suffix('\r').unwrap_or(line);
                 parser.line(line_no, line)?;
             }
-            Err(e) => {
-                return Err(TraceError::Io {
-                    line: line_no,
-                    message: e.to_string(),
-                })
-            }
+            Err(e) => return Err(TraceError::Io { line: line_no, message: e.to_string() }),
         }
     }
     parser.finish()
@@ -177,14 +151,9 @@ pub fn read_trace<R: BufRead>(mut reader: R) -> Result<Trace, TraceError> {
 /// gives an empty trace, and the trace is cut at [`MAX_TRACE_SECONDS`]. Use
 /// [`try_trace_from_rates`] to reject such input instead.
 pub fn trace_from_rates(window_s: u64, rates: &[f64]) -> Trace {
-    let clean: Vec<f64> = rates
-        .iter()
-        .map(|&r| if r.is_finite() && r > 0.0 { r } else { 0.0 })
-        .collect();
+    let clean: Vec<f64> = rates.iter().map(|&r| if r.is_finite() && r > 0.0 { r } else { 0.0 }).collect();
     let max_windows = MAX_TRACE_SECONDS.checked_div(window_s).unwrap_or(0);
-    let keep = clean
-        .len()
-        .min(usize::try_from(max_windows).unwrap_or(usize::MAX));
+    let keep = clean.len().min(usize::try_from(max_windows).unwrap_or(usize::MAX));
     build_regular(window_s, &clean[..keep])
 }
 
@@ -202,10 +171,7 @@ pub fn try_trace_from_rates(window_s: u64, rates: &[f64]) -> Result<Trace, Trace
             });
         }
         if r < 0.0 {
-            return Err(TraceError::NegativeRate {
-                line: i + 1,
-                value: r,
-            });
+            return Err(TraceError::NegativeRate { line: i + 1, value: r });
         }
     }
     if window_s == 0 {
@@ -219,10 +185,7 @@ pub fn try_trace_from_rates(window_s: u64, rates: &[f64]) -> Result<Trace, Trace
     }
     let seconds = window_s.saturating_mul(rates.len() as u64);
     if seconds > MAX_TRACE_SECONDS {
-        return Err(TraceError::TooLong {
-            seconds,
-            limit: MAX_TRACE_SECONDS,
-        });
+        return Err(TraceError::TooLong { seconds, limit: MAX_TRACE_SECONDS });
     }
     Ok(build_regular(window_s, rates))
 }
@@ -235,11 +198,7 @@ fn build_regular(window_s: u64, rates: &[f64]) -> Trace {
         let r = if r == 0.0 { 0.0 } else { r };
         arrivals.extend(std::iter::repeat_n(r, w));
     }
-    Trace {
-        arrivals,
-        kind: TraceKind::RateSeries { window_s },
-        t0_label: "0".into(),
-    }
+    Trace { arrivals, kind: TraceKind::RateSeries { window_s }, t0_label: "0".into() }
 }
 
 #[derive(Default)]
@@ -265,11 +224,7 @@ struct Parser {
 
 impl Parser {
     fn line(&mut self, line_no: usize, raw: &str) -> Result<(), TraceError> {
-        let raw = if line_no == 1 {
-            raw.strip_prefix('\u{feff}').unwrap_or(raw)
-        } else {
-            raw
-        };
+        let raw = if line_no == 1 { raw.strip_prefix('\u{feff}').unwrap_or(raw) } else { raw };
         if raw.trim().is_empty() {
             return Ok(());
         }
@@ -277,24 +232,15 @@ impl Parser {
             State::Header => {
                 let fields: Vec<&str> = raw.split(',').map(clean_field).collect();
                 if starts_with(&fields, &REQUEST_LOG_COLUMNS) {
-                    self.state = State::RequestLog {
-                        header_line: line_no,
-                        seconds: Vec::new(),
-                    };
+                    self.state = State::RequestLog { header_line: line_no, seconds: Vec::new() };
                 } else if starts_with(&fields, &RATE_SERIES_COLUMNS) {
-                    self.state = State::RateSeries {
-                        header_line: line_no,
-                        windows: Vec::new(),
-                    };
+                    self.state = State::RateSeries { header_line: line_no, windows: Vec::new() };
                 } else {
                     let mut found: String = raw.trim().chars().take(120).collect();
                     if raw.trim().chars().count() > 120 {
                         found.push('…');
                     }
-                    return Err(TraceError::UnknownHeader {
-                        line: line_no,
-                        found,
-                    });
+                    return Err(TraceError::UnknownHeader { line: line_no, found });
                 }
             }
             State::RequestLog { seconds, .. } => {
@@ -328,11 +274,8 @@ impl Parser {
                     value: fields[0].to_string(),
                     expected: "an integer number of seconds",
                 })?;
-                let rate = fields[1]
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|r| r.is_finite())
-                    .ok_or_else(|| TraceError::BadNumber {
+                let rate =
+                    fields[1].parse::<f64>().ok().filter(|r| r.is_finite()).ok_or_else(|| TraceError::BadNumber {
                         line: line_no,
                         column: 2,
                         name: RATE_SERIES_COLUMNS[1],
@@ -340,18 +283,11 @@ impl Parser {
                         expected: "a finite number of requests per second",
                     })?;
                 if rate < 0.0 {
-                    return Err(TraceError::NegativeRate {
-                        line: line_no,
-                        value: rate,
-                    });
+                    return Err(TraceError::NegativeRate { line: line_no, value: rate });
                 }
                 if let Some(&(_, previous, _)) = windows.last() {
                     if start <= previous {
-                        return Err(TraceError::NonIncreasingStart {
-                            line: line_no,
-                            start,
-                            previous,
-                        });
+                        return Err(TraceError::NonIncreasingStart { line: line_no, start, previous });
                     }
                 }
                 let rate = if rate == 0.0 { 0.0 } else { rate };
@@ -364,14 +300,8 @@ impl Parser {
     fn finish(self) -> Result<Trace, TraceError> {
         match self.state {
             State::Header => Err(TraceError::Empty),
-            State::RequestLog {
-                header_line,
-                seconds,
-            } => finish_request_log(header_line, seconds),
-            State::RateSeries {
-                header_line,
-                windows,
-            } => finish_rate_series(header_line, windows),
+            State::RequestLog { header_line, seconds } => finish_request_log(header_line, seconds),
+            State::RateSeries { header_line, windows } => finish_rate_series(header_line, windows),
         }
     }
 }
@@ -383,10 +313,7 @@ fn finish_request_log(header_line: usize, seconds: Vec<i64>) -> Result<Trace, Tr
     // Both are within years 0000..=9999, so the span fits easily in i64 and u64.
     let span = (last - first) as u64 + 1;
     if span > MAX_TRACE_SECONDS {
-        return Err(TraceError::TooLong {
-            seconds: span,
-            limit: MAX_TRACE_SECONDS,
-        });
+        return Err(TraceError::TooLong { seconds: span, limit: MAX_TRACE_SECONDS });
     }
     let mut arrivals = vec![0.0f64; span as usize];
     for &ts in &seconds {
@@ -394,17 +321,12 @@ fn finish_request_log(header_line: usize, seconds: Vec<i64>) -> Result<Trace, Tr
     }
     Ok(Trace {
         arrivals,
-        kind: TraceKind::RequestLog {
-            requests: seconds.len() as u64,
-        },
+        kind: TraceKind::RequestLog { requests: seconds.len() as u64 },
         t0_label: format_timestamp(first),
     })
 }
 
-fn finish_rate_series(
-    header_line: usize,
-    windows: Vec<(usize, i64, f64)>,
-) -> Result<Trace, TraceError> {
+fn finish_rate_series(header_line: usize, windows: Vec<(usize, i64, f64)>) -> Result<Trace, TraceError> {
     let (first_line, first, _) = match windows.first() {
         Some(&w) => w,
         None => return Err(TraceError::NoRows { line: header_line }),
@@ -425,36 +347,22 @@ fn finish_rate_series(
     }
     let mut arrivals = Vec::with_capacity(total as usize);
     for (i, &(_, start, rate)) in windows.iter().enumerate() {
-        let end = windows
-            .get(i + 1)
-            .map_or(start as i128 + width, |w| w.1 as i128);
+        let end = windows.get(i + 1).map_or(start as i128 + width, |w| w.1 as i128);
         arrivals.extend(std::iter::repeat_n(rate, (end - start as i128) as usize));
     }
-    Ok(Trace {
-        arrivals,
-        kind: TraceKind::RateSeries {
-            window_s: width as u64,
-        },
-        t0_label: first.to_string(),
-    })
+    Ok(Trace { arrivals, kind: TraceKind::RateSeries { window_s: width as u64 }, t0_label: first.to_string() })
 }
 
 fn clean_field(f: &str) -> &str {
     let f = f.trim();
-    f.strip_prefix('"')
-        .and_then(|g| g.strip_suffix('"'))
-        .map_or(f, str::trim)
+    f.strip_prefix('"').and_then(|g| g.strip_suffix('"')).map_or(f, str::trim)
 }
 
 fn starts_with(fields: &[&str], names: &[&str]) -> bool {
     fields.len() >= names.len() && fields.iter().zip(names).all(|(f, n)| f == n)
 }
 
-fn split_fields<'a>(
-    raw: &'a str,
-    line: usize,
-    names: &[&'static str],
-) -> Result<Vec<&'a str>, TraceError> {
+fn split_fields<'a>(raw: &'a str, line: usize, names: &[&'static str]) -> Result<Vec<&'a str>, TraceError> {
     let fields: Vec<&str> = raw.split(',').map(clean_field).collect();
     if fields.len() < names.len() {
         return Err(TraceError::MissingField {
@@ -546,11 +454,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 /// Days since 0000-03-01 of a proleptic-Gregorian date with `year ≥ 0` (years start in March so
 /// that the leap day is the last day of the shifted year).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
+    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
     // y ≥ -1 here; shift by 400 years so the era arithmetic stays on non-negative numbers.
     let y = y + 400;
     let era = y / 400;
@@ -576,12 +480,7 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 fn format_timestamp(seconds: i64) -> String {
     let (days, rem) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[cfg(test)]
@@ -628,22 +527,13 @@ mod tests {
 
     #[test]
     fn civil_round_trip() {
-        for &(y, m, d) in &[
-            (0, 3, 1),
-            (1, 1, 1),
-            (1970, 1, 1),
-            (2000, 2, 29),
-            (2023, 11, 16),
-            (2100, 3, 1),
-            (9999, 12, 31),
-        ] {
+        for &(y, m, d) in
+            &[(0, 3, 1), (1, 1, 1), (1970, 1, 1), (2000, 2, 29), (2023, 11, 16), (2100, 3, 1), (9999, 12, 31)]
+        {
             assert_eq!(civil_from_days(days_from_civil(y, m, d)), (y, m, d));
         }
         // Unix epoch sanity: 1970-01-01 → 2000-03-01 is 11017 days.
-        assert_eq!(
-            days_from_civil(2000, 3, 1) - days_from_civil(1970, 1, 1),
-            11_017
-        );
+        assert_eq!(days_from_civil(2000, 3, 1) - days_from_civil(1970, 1, 1), 11_017);
         assert_eq!(days_from_civil(0, 1, 1), -60);
     }
 
@@ -659,13 +549,9 @@ mod tests {
             "23-11-16 18:17:03",
             "",
         ] {
-            let text = format!(
-                "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1,1\n{bad},1,1\n"
-            );
+            let text = format!("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1,1\n{bad},1,1\n");
             match parse_trace(&text) {
-                Err(TraceError::BadTimestamp {
-                    line: 3, column: 1, ..
-                }) => {}
+                Err(TraceError::BadTimestamp { line: 3, column: 1, .. }) => {}
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
@@ -676,24 +562,11 @@ mod tests {
         let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1,x\n";
         assert!(matches!(
             parse_trace(text),
-            Err(TraceError::BadNumber {
-                line: 2,
-                column: 3,
-                name: "GeneratedTokens",
-                ..
-            })
+            Err(TraceError::BadNumber { line: 2, column: 3, name: "GeneratedTokens", .. })
         ));
         let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:17:03,1\n";
         let err = parse_trace(text).unwrap_err();
-        assert_eq!(
-            err,
-            TraceError::MissingField {
-                line: 3,
-                column: 3,
-                name: "GeneratedTokens",
-                got: 2
-            }
-        );
+        assert_eq!(err, TraceError::MissingField { line: 3, column: 3, name: "GeneratedTokens", got: 2 });
         assert!(err.to_string().contains("line 3"));
     }
 
@@ -714,61 +587,28 @@ mod tests {
         let e = |t: &str| parse_trace(t).unwrap_err();
         assert_eq!(
             e("window_start_s,rate_rps\n0,1\n10,1\n10,2\n"),
-            TraceError::NonIncreasingStart {
-                line: 4,
-                start: 10,
-                previous: 10
-            }
+            TraceError::NonIncreasingStart { line: 4, start: 10, previous: 10 }
         );
-        assert_eq!(
-            e("window_start_s,rate_rps\n0,1\n10,-0.5\n"),
-            TraceError::NegativeRate {
-                line: 3,
-                value: -0.5
-            }
-        );
+        assert_eq!(e("window_start_s,rate_rps\n0,1\n10,-0.5\n"), TraceError::NegativeRate { line: 3, value: -0.5 });
         assert!(matches!(
             e("window_start_s,rate_rps\n0,NaN\n10,1\n"),
-            TraceError::BadNumber {
-                line: 2,
-                column: 2,
-                ..
-            }
+            TraceError::BadNumber { line: 2, column: 2, .. }
         ));
         assert!(matches!(
             e("window_start_s,rate_rps\n0.5,1\n10,1\n"),
-            TraceError::BadNumber {
-                line: 2,
-                column: 1,
-                ..
-            }
+            TraceError::BadNumber { line: 2, column: 1, .. }
         ));
-        assert_eq!(
-            e("window_start_s,rate_rps\n\n0,1\n"),
-            TraceError::SingleWindow { line: 3 }
-        );
-        assert_eq!(
-            e("window_start_s,rate_rps\n"),
-            TraceError::NoRows { line: 1 }
-        );
-        assert!(matches!(
-            e("window_start_s,rate_rps\n0,1\n99999999999,1\n"),
-            TraceError::TooLong { .. }
-        ));
+        assert_eq!(e("window_start_s,rate_rps\n\n0,1\n"), TraceError::SingleWindow { line: 3 });
+        assert_eq!(e("window_start_s,rate_rps\n"), TraceError::NoRows { line: 1 });
+        assert!(matches!(e("window_start_s,rate_rps\n0,1\n99999999999,1\n"), TraceError::TooLong { .. }));
     }
 
     #[test]
     fn empty_and_unknown_header() {
         assert_eq!(parse_trace(""), Err(TraceError::Empty));
         assert_eq!(parse_trace("\n  \n"), Err(TraceError::Empty));
-        assert!(matches!(
-            parse_trace("time,rate\n0,1\n"),
-            Err(TraceError::UnknownHeader { line: 1, .. })
-        ));
-        assert!(matches!(
-            parse_trace("TIMESTAMP,ContextTokens\n"),
-            Err(TraceError::UnknownHeader { .. })
-        ));
+        assert!(matches!(parse_trace("time,rate\n0,1\n"), Err(TraceError::UnknownHeader { line: 1, .. })));
+        assert!(matches!(parse_trace("TIMESTAMP,ContextTokens\n"), Err(TraceError::UnknownHeader { .. })));
     }
 
     #[test]
@@ -784,10 +624,7 @@ mod tests {
         let b = read_trace(std::io::Cursor::new(LOG.as_bytes())).unwrap();
         assert_eq!(a, b);
         let bad: &[u8] = b"window_start_s,rate_rps\n0,\xff\n";
-        assert!(matches!(
-            read_trace(std::io::Cursor::new(bad)),
-            Err(TraceError::Io { line: 2, .. })
-        ));
+        assert!(matches!(read_trace(std::io::Cursor::new(bad)), Err(TraceError::Io { line: 2, .. })));
     }
 
     #[test]

@@ -15,9 +15,7 @@ fn cfg(capacity: f64, w: f64) -> PlannerConfig {
 
 /// Deterministic noise in [-1, 1].
 fn noise(i: u64) -> f64 {
-    let x = i
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let x = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     ((x >> 33) % 2001) as f64 / 1000.0 - 1.0
 }
 
@@ -29,21 +27,13 @@ fn never_below_drain_need_nor_zero_while_busy() {
         t += 5.0;
         // Bursty arrivals with idle stretches and a backlog that comes and goes.
         let on = (i / 200) % 3 != 0;
-        let a = if on {
-            5.0 * (3.0 + 2.0 * noise(i))
-        } else {
-            0.0
-        };
+        let a = if on { 5.0 * (3.0 + 2.0 * noise(i)) } else { 0.0 };
         let backlog = if on && i % 7 == 0 { 40.0 } else { 0.0 };
         p.observe(t, 5.0, a, backlog);
         if i % 3 == 0 {
             let d = p.plan(t, 4, 0);
             let drain = (backlog / 5.0_f64.max(0.5 * 120.0) / 1.0).ceil() as u32;
-            assert!(
-                d.desired >= drain,
-                "t={t} desired {} < drain {drain}",
-                d.desired
-            );
+            assert!(d.desired >= drain, "t={t} desired {} < drain {drain}", d.desired);
             if backlog > 0.0 || a > 0.0 {
                 assert!(d.desired >= 1, "zero while busy at t={t}: {}", d.reason);
             }
@@ -59,11 +49,7 @@ fn prescales_before_recurring_daily_peak() {
     let mut p = Planner::new(cfg(1.0, w)).unwrap();
     let rate = |t: f64, i: u64| {
         let tod = t % DAY;
-        let base = if (9.0 * 3600.0..10.0 * 3600.0).contains(&tod) {
-            40.0
-        } else {
-            2.0
-        };
+        let base = if (9.0 * 3600.0..10.0 * 3600.0).contains(&tod) { 40.0 } else { 2.0 };
         base * (1.0 + 0.1 * noise(i))
     };
     let mut t = 0.0;
@@ -80,12 +66,7 @@ fn prescales_before_recurring_daily_peak() {
         }
     }
     let d = before.expect("decision made");
-    assert!(
-        d.desired >= 36,
-        "did not pre-scale: desired {} ({})",
-        d.desired,
-        d.reason
-    );
+    assert!(d.desired >= 36, "did not pre-scale: desired {} ({})", d.desired, d.reason);
     assert!(matches!(d.reason, Reason::PreScale { .. }), "{}", d.reason);
     // And at 03:00 on day 3 it does not keep the peak capacity.
     let mut q = Planner::new(cfg(1.0, w)).unwrap();
@@ -114,11 +95,7 @@ fn wakes_from_zero_before_recurring_arrival() {
     while t < day3_wake {
         t += 5.0;
         let tod = t % DAY;
-        let a = if tod > start && tod <= start + 1200.0 {
-            5.0
-        } else {
-            0.0
-        };
+        let a = if tod > start && tod <= start + 1200.0 { 5.0 } else { 0.0 };
         p.observe(t, 5.0, a, 0.0);
         if (t - (3.0 * DAY + 3.0 * 3600.0)).abs() < 1e-9 {
             at_night = Some(p.plan(t, 0, 0));
@@ -129,11 +106,7 @@ fn wakes_from_zero_before_recurring_arrival() {
     }
     let night = at_night.unwrap();
     assert_eq!(night.desired, 0, "not at zero at night: {}", night.reason);
-    assert!(
-        matches!(night.reason, Reason::ToZero { .. }),
-        "{}",
-        night.reason
-    );
+    assert!(matches!(night.reason, Reason::ToZero { .. }), "{}", night.reason);
     let d = before.unwrap();
     assert!(d.desired >= 2, "no wake: {} ({})", d.desired, d.reason);
     assert!(matches!(d.reason, Reason::Wake { .. }), "{}", d.reason);
@@ -198,10 +171,7 @@ fn config_errors_are_reported() {
     let mut c = cfg(1.0, 60.0);
     c.interval_s = 0.0;
     assert!(Planner::new(c).is_err());
-    let w = WarmupDist::Samples {
-        samples: vec![60.0, 120.0, f64::NAN, 600.0, -5.0],
-        quantile: 0.9,
-    };
+    let w = WarmupDist::Samples { samples: vec![60.0, 120.0, f64::NAN, 600.0, -5.0], quantile: 0.9 };
     assert_eq!(w.planned(), 600.0);
 }
 

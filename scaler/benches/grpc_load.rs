@@ -30,7 +30,10 @@ impl ExternalScaler for Empty {
         Ok(Response::new(IsActiveResponse { result: true }))
     }
     type StreamIsActiveStream = tokio_stream::Empty<Result<IsActiveResponse, Status>>;
-    async fn stream_is_active(&self, _: Request<ScaledObjectRef>) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+    async fn stream_is_active(
+        &self,
+        _: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         Err(Status::unimplemented(""))
     }
     async fn get_metric_spec(&self, _: Request<ScaledObjectRef>) -> Result<Response<GetMetricSpecResponse>, Status> {
@@ -38,16 +41,23 @@ impl ExternalScaler for Empty {
     }
     async fn get_metrics(&self, r: Request<GetMetricsRequest>) -> Result<Response<GetMetricsResponse>, Status> {
         Ok(Response::new(GetMetricsResponse {
-            metric_values: vec![MetricValue { metric_name: r.into_inner().metric_name, metric_value: 1, metric_value_float: 1.0 }],
+            metric_values: vec![MetricValue {
+                metric_name: r.into_inner().metric_name,
+                metric_value: 1,
+                metric_value_float: 1.0,
+            }],
         }))
     }
     type StreamMetricSpecStream = tokio_stream::Empty<Result<GetMetricSpecResponse, Status>>;
-    async fn stream_metric_spec(&self, _: Request<ScaledObjectRef>) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
+    async fn stream_metric_spec(
+        &self,
+        _: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
         Err(Status::unimplemented(""))
     }
 }
 
-fn refs(amqp: &str) -> Vec<ScaledObjectRef> {
+fn refs(amqp: &str, mode: &str) -> Vec<ScaledObjectRef> {
     (0..SCALED_OBJECTS)
         .map(|i| {
             let md: HashMap<String, String> = [
@@ -57,6 +67,7 @@ fn refs(amqp: &str) -> Vec<ScaledObjectRef> {
                 ("rabbitmqPerReplica", "20".to_string()),
                 ("warmupSeconds", "180".to_string()),
                 ("sloSeconds", "5".to_string()),
+                ("mode", mode.to_string()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -81,7 +92,12 @@ async fn load(addr: &str, refs: Arc<Vec<ScaledObjectRef>>) -> Figures {
     // Warm up: every ScaledObject once.
     for (i, r) in refs.iter().enumerate() {
         let mut c = chans[i % CHANNELS].clone();
-        let _ = c.get_metrics(GetMetricsRequest { scaled_object_ref: Some(r.clone()), metric_name: "prescale-replicas".into() }).await;
+        let _ = c
+            .get_metrics(GetMetricsRequest {
+                scaled_object_ref: Some(r.clone()),
+                metric_name: "prescale-replicas".into(),
+            })
+            .await;
     }
     let end = Instant::now() + Duration::from_secs_f64(SECONDS);
     let started = Instant::now();
@@ -98,7 +114,10 @@ async fn load(addr: &str, refs: Arc<Vec<ScaledObjectRef>>) -> Figures {
                 i += CONCURRENCY;
                 let t = Instant::now();
                 let res = c
-                    .get_metrics(GetMetricsRequest { scaled_object_ref: Some(r.clone()), metric_name: "prescale-replicas".into() })
+                    .get_metrics(GetMetricsRequest {
+                        scaled_object_ref: Some(r.clone()),
+                        metric_name: "prescale-replicas".into(),
+                    })
                     .await;
                 lat.push(t.elapsed().as_nanos() as u64);
                 if res.is_err() {
@@ -139,24 +158,12 @@ fn main() {
     let amqp = std::env::var("PRESCALE_TEST_AMQP").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        // The real server, as a separate process.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
-            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn,prescale=info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn prescale");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let grpc = loop {
-            let l = lines.next().expect("prescale exited").unwrap();
-            if let Some(i) = l.find("grpc=") {
-                break l[i + 5..].split_whitespace().next().unwrap().to_string();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        let refs = Arc::new(refs(&amqp));
-
+        // The queues the ScaledObjects read must exist (a missing queue is UNAVAILABLE).
+        let conn = lapin::Connection::connect(&amqp, lapin::ConnectionProperties::default()).await.expect("RabbitMQ");
+        let ch = conn.create_channel().await.unwrap();
+        for q in 0..10 {
+            ch.queue_declare(format!("bench-q{q}").as_str().into(), Default::default(), Default::default()).await.unwrap();
+        }
         // The floor, in this process.
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let floor_addr = l.local_addr().unwrap();
@@ -165,25 +172,58 @@ fn main() {
                 .add_service(ExternalScalerServer::new(Empty))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
         );
-
-        // Let every ScaledObject get its first reading before measuring.
-        let mut c = ExternalScalerClient::connect(format!("http://{grpc}")).await.unwrap();
-        for r in refs.iter() {
-            c.get_metric_spec(r.clone()).await.expect("spec");
+        println!(
+            "grpc_load: {SCALED_OBJECTS} ScaledObjects, {CONCURRENCY} concurrent callers on {CHANNELS} HTTP/2 connections, {SECONDS} s each, loopback, {} cores",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        );
+        println!("{:<34} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9}", "server", "calls/s", "p50 µs", "p99 µs", "errors", "p99/floor", "RSS MiB");
+        for mode in ["reactive", "predictive"] {
+            // The real server, as a separate process, fresh for each mode.
+            let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
+                .args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+                .env("RUST_LOG", "warn,prescale=info")
+                .env("NO_COLOR", "1")
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn prescale");
+            let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+            let grpc = loop {
+                let l = lines.next().expect("prescale exited").unwrap();
+                if let Some(i) = l.find("grpc=") {
+                    break l[i + 5..].split_whitespace().next().unwrap().to_string();
+                }
+            };
+            std::thread::spawn(move || for _ in lines {});
+            let refs = Arc::new(refs(&amqp, mode));
+            // Let every ScaledObject get its first reading before measuring.
+            let mut c = ExternalScalerClient::connect(format!("http://{grpc}")).await.unwrap();
+            for r in refs.iter() {
+                c.get_metric_spec(r.clone()).await.expect("spec");
+            }
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            // Floor and prescale back to back, so both see the same machine load.
+            let floor = load(&format!("http://{floor_addr}"), refs.clone()).await;
+            let real = load(&format!("http://{grpc}"), refs.clone()).await;
+            let rss = rss_mib(child.id());
+            println!(
+                "{:<34} {:>10.0} {:>9.0} {:>9.0} {:>7} {:>9} {:>9}",
+                "empty tonic unary (floor)", floor.calls_per_s, floor.p50_us, floor.p99_us, floor.errors, "", ""
+            );
+            println!(
+                "{:<34} {:>10.0} {:>9.0} {:>9.0} {:>7} {:>8.2}× {:>9.1}",
+                format!("prescale GetMetrics, mode {mode}"),
+                real.calls_per_s,
+                real.p50_us,
+                real.p99_us,
+                real.errors,
+                real.p99_us / floor.p99_us,
+                rss
+            );
+            if real.errors > 0 {
+                println!("note: errors are UNAVAILABLE answers (is RabbitMQ reachable at {}?)", prescale::redact::redact_url(&amqp));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-
-        let floor = load(&format!("http://{floor_addr}"), refs.clone()).await;
-        let real = load(&format!("http://{grpc}"), refs.clone()).await;
-        let rss = rss_mib(child.id());
-        println!("grpc_load: {SCALED_OBJECTS} ScaledObjects, {CONCURRENCY} concurrent callers on {CHANNELS} HTTP/2 connections, {SECONDS} s each, loopback, {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
-        println!("{:<28} {:>12} {:>10} {:>10} {:>8}", "server", "calls/s", "p50 µs", "p99 µs", "errors");
-        println!("{:<28} {:>12.0} {:>10.0} {:>10.0} {:>8}", "empty tonic unary (floor)", floor.calls_per_s, floor.p50_us, floor.p99_us, floor.errors);
-        println!("{:<28} {:>12.0} {:>10.0} {:>10.0} {:>8}", "prescale GetMetrics", real.calls_per_s, real.p50_us, real.p99_us, real.errors);
-        println!("p99 ratio to floor: {:.2}×   prescale RSS after load: {:.1} MiB", real.p99_us / floor.p99_us, rss);
-        if real.errors > 0 {
-            println!("note: errors are UNAVAILABLE answers (is RabbitMQ reachable at {}?)", prescale::redact::redact_url(&amqp));
-        }
-        let _ = child.kill();
     });
 }

@@ -66,7 +66,13 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
 
 use serde::Deserialize;
 
-fn check_map(ns: &str, name: &str, trigger: usize, md: &serde_yaml_ng::Value, env: &BTreeMap<String, String>) -> Checked {
+fn check_map(
+    ns: &str,
+    name: &str,
+    trigger: usize,
+    md: &serde_yaml_ng::Value,
+    env: &BTreeMap<String, String>,
+) -> Checked {
     let id = ScalerId { namespace: ns.to_string(), name: name.to_string() };
     let mut notes = Vec::new();
     let mut errors = Vec::new();
@@ -174,7 +180,11 @@ spec:
 
     #[test]
     fn bare_metadata_maps_and_garbage() {
-        let r = check("prometheusServerAddress: http://p:9090\nprometheusQuery: up\nprometheusPerReplica: '2'\n", &BTreeMap::new()).unwrap();
+        let r = check(
+            "prometheusServerAddress: http://p:9090\nprometheusQuery: up\nprometheusPerReplica: '2'\n",
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert!(r[0].errors.is_empty(), "{:?}", r[0].errors);
         assert!(matches!(check("kind: Deployment\n", &BTreeMap::new()), Err(CheckError::Nothing)));
         assert!(matches!(check(": : :\n  - [", &BTreeMap::new()), Err(CheckError::Yaml(_))));

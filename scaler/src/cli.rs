@@ -27,6 +27,63 @@ pub enum Command {
     Serve(ServeArgs),
     /// Validate a ScaledObject YAML (or a bare metadata map) offline, as `serve` would parse it.
     Check(CheckArgs),
+    /// Print the trigger metadata reference (every key, its default and meaning) as markdown.
+    Keys,
+    /// Dry-run the planner on a trace (file, Prometheus range, or the bundled default) and score it.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Trace file (REPLAY.md formats). Without --trace or --prometheus, the bundled
+    /// servegen-m-large-14d trace is replayed with capacity 25 and SLO 5.
+    #[arg(long, conflicts_with = "prometheus")]
+    pub trace: Option<PathBuf>,
+    /// Prometheus base URL to pull the demand history from (with --query/--start/--end).
+    #[arg(long, requires_all = ["query", "start", "end"])]
+    pub prometheus: Option<String>,
+    /// PromQL returning one series of demand in requests/s, e.g. 'sum(rate(vllm:request_success_total[1m]))'.
+    #[arg(long)]
+    pub query: Option<String>,
+    /// Start: unix seconds, RFC 3339, `now` or `now-7d`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub start: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub end: Option<String>,
+    /// Range-query step (e.g. 15s, 1m): the width of one trace window.
+    #[arg(long, default_value = "15s")]
+    pub step: String,
+    /// Requests/s one ready replica completes (μ).
+    #[arg(long)]
+    pub capacity: Option<f64>,
+    /// Warm-up W in seconds (node + image pull + model load).
+    #[arg(long, default_value_t = 180)]
+    pub warmup: u64,
+    /// Seconds of queueing a request may see.
+    #[arg(long)]
+    pub slo: Option<f64>,
+    /// Decision interval in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub interval: u64,
+    #[arg(long, default_value_t = 0)]
+    pub min_replicas: u32,
+    /// Default: max(2 × the oracle's largest count, 2) (REPLAY.md).
+    #[arg(long)]
+    pub max_replicas: Option<u32>,
+    /// Default: the oracle's largest count over the first W/I + 2 intervals (REPLAY.md).
+    #[arg(long)]
+    pub initial_replicas: Option<u32>,
+    #[arg(long, value_enum, default_value = "all")]
+    pub policy: crate::replay::Which,
+    /// Write the plan (`t_s,desired`) of the first policy listed.
+    #[arg(long)]
+    pub plan_out: Option<PathBuf>,
+    /// Write the summary JSON.
+    #[arg(long)]
+    pub summary_out: Option<PathBuf>,
+    /// Draw the chart (SVG).
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +148,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             })?;
             Ok(0)
         }
+        Command::Replay(a) => run_replay(a),
+        Command::Keys => {
+            print!("{}", crate::config::markdown_table());
+            Ok(0)
+        }
         Command::Check(a) => {
             let text = if a.file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading stdin")?
@@ -139,4 +201,70 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
+    use crate::replay;
+    let bundled = a.trace.is_none() && a.prometheus.is_none();
+    if !bundled && (a.capacity.is_none() || a.slo.is_none()) {
+        anyhow::bail!(
+            "--capacity (requests/s one replica serves) and --slo (seconds of queueing allowed) are required with --trace or --prometheus"
+        );
+    }
+    let (trace, name, default_capacity, default_slo) = if let Some(server) = &a.prometheus {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
+        let step = humantime::parse_duration(&a.step).with_context(|| format!("--step {}", a.step))?.as_secs().max(1);
+        let q = replay::prom::RangeQuery {
+            server: server.clone(),
+            query: a.query.clone().unwrap_or_default(),
+            start: replay::prom::parse_time(a.start.as_deref().unwrap_or_default(), now).map_err(anyhow::Error::msg)?,
+            end: replay::prom::parse_time(a.end.as_deref().unwrap_or_default(), now).map_err(anyhow::Error::msg)?,
+            step_s: step,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (trace, gaps) = rt
+            .block_on(replay::prom::fetch(&reqwest::Client::new(), &q))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", crate::redact::redact_url(server)))?;
+        if gaps > 0 {
+            eprintln!("note: {gaps} steps had no sample and repeat the previous value");
+        }
+        (trace, format!("{} from {}", q.query, crate::redact::redact_url(server)), None, None)
+    } else if let Some(path) = &a.trace {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let trace = replay::load_trace(&text).with_context(|| path.display().to_string())?;
+        (trace, path.display().to_string(), None, None)
+    } else {
+        (replay::load_trace(replay::BUNDLED_TRACE)?, replay::BUNDLED_NAME.to_string(), Some(25.0), Some(5.0))
+    };
+    let capacity = a
+        .capacity
+        .or(default_capacity)
+        .context("--capacity (requests/s one replica serves) is required with --trace or --prometheus")?;
+    let slo = a
+        .slo
+        .or(default_slo)
+        .context("--slo (seconds of queueing allowed) is required with --trace or --prometheus")?;
+    let opts = replay::ReplayOptions {
+        capacity,
+        warmup: a.warmup,
+        slo,
+        interval: a.interval,
+        min_replicas: a.min_replicas,
+        max_replicas: a.max_replicas,
+        initial_replicas: a.initial_replicas,
+        policy: a.policy,
+        plan_out: a.plan_out,
+        summary_out: a.summary_out,
+        chart: a.chart,
+        progress: true,
+    };
+    let r = replay::replay(&trace, &name, &opts)?;
+    print!("{}", replay::scorecard(&r.summary));
+    replay::write_outputs(&r, &opts)?;
+    for (what, p) in [("plan", &opts.plan_out), ("summary", &opts.summary_out), ("chart", &opts.chart)] {
+        if let Some(p) = p {
+            println!("wrote {what}: {}", p.display());
+        }
+    }
+    Ok(0)
 }

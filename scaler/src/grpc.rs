@@ -33,7 +33,9 @@ impl Service {
         if r.name.is_empty() {
             return Err(Status::invalid_argument("ScaledObjectRef.name is empty"));
         }
-        self.engine.resolve(&r.namespace, &r.name, &r.scaler_metadata).map_err(|e| Status::invalid_argument(e.to_string()))
+        self.engine
+            .resolve(&r.namespace, &r.name, &r.scaler_metadata)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     async fn answer(&self, r: &ScaledObjectRef) -> Result<crate::engine::Answer, Status> {

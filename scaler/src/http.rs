@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -24,6 +24,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/debug/scalers", get(debug))
+        .route("/debug/scalers/{namespace}/{name}", get(debug_one))
         .with_state(state)
 }
 
@@ -45,4 +46,11 @@ async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
 
 async fn debug(State(s): State<HttpState>) -> impl IntoResponse {
     Json(s.engine.debug_view())
+}
+
+async fn debug_one(State(s): State<HttpState>, Path((ns, name)): Path<(String, String)>) -> axum::response::Response {
+    match s.engine.debug_one(&ns, &name) {
+        Some(v) => Json(v).into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no ScaledObject {ns}/{name} is tracked\n")).into_response(),
+    }
 }

@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod redact;
+pub mod replay;
 pub mod serve;
 pub mod sources;
 

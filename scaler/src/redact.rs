@@ -16,9 +16,8 @@ pub fn redact_url(raw: &str) -> String {
                     .query_pairs()
                     .map(|(k, v)| {
                         let lk = k.to_ascii_lowercase();
-                        let secret = ["password", "token", "secret", "key", "signature", "auth"]
-                            .iter()
-                            .any(|s| lk.contains(s));
+                        let secret =
+                            ["password", "token", "secret", "key", "signature", "auth"].iter().any(|s| lk.contains(s));
                         (k.into_owned(), if secret { "***".into() } else { v.into_owned() })
                     })
                     .collect();

@@ -39,15 +39,17 @@ fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, ServeError> {
 }
 
 /// Run until `shutdown` resolves (SIGTERM / Ctrl-C in the binary).
-pub async fn serve(opts: ServeOptions, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+pub async fn serve(
+    opts: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let metrics = Arc::new(Metrics::new());
     let engine = Engine::new(opts.engine.clone(), metrics);
     let janitor = engine.spawn_janitor();
     let ready = Arc::new(AtomicBool::new(false));
 
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .tcp_nodelay(true);
+    let mut builder =
+        tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(30))).tcp_nodelay(true);
     match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => {
             let identity = tonic::transport::Identity::from_pem(read(c, "certificate")?, read(k, "key")?);
@@ -64,12 +66,16 @@ pub async fn serve(opts: ServeOptions, shutdown: impl std::future::Future<Output
         _ => return Err(ServeError::Tls("--tls-cert and --tls-key go together".into())),
     }
 
-    let grpc_listener = tokio::net::TcpListener::bind(opts.grpc_addr)
-        .await
-        .map_err(|source| ServeError::Bind { what: "gRPC", addr: opts.grpc_addr, source })?;
-    let http_listener = tokio::net::TcpListener::bind(opts.http_addr)
-        .await
-        .map_err(|source| ServeError::Bind { what: "HTTP", addr: opts.http_addr, source })?;
+    let grpc_listener = tokio::net::TcpListener::bind(opts.grpc_addr).await.map_err(|source| ServeError::Bind {
+        what: "gRPC",
+        addr: opts.grpc_addr,
+        source,
+    })?;
+    let http_listener = tokio::net::TcpListener::bind(opts.http_addr).await.map_err(|source| ServeError::Bind {
+        what: "HTTP",
+        addr: opts.http_addr,
+        source,
+    })?;
     let grpc_local = grpc_listener.local_addr().map_err(ServeError::Http)?;
     let http_local = http_listener.local_addr().map_err(ServeError::Http)?;
     tracing::info!(grpc = %grpc_local, http = %http_local, tls = opts.tls_cert.is_some(), mtls = opts.tls_client_ca.is_some(), "prescale serving");

@@ -18,12 +18,11 @@ async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", &unique("push"), &[
-        ("rabbitmqHost", &amqp),
-        ("rabbitmqQueueName", &queue),
-        ("sampleSeconds", "1"),
-        ("mode", "reactive"),
-    ]);
+    let so = sref(
+        "ml",
+        &unique("push"),
+        &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1"), ("mode", "reactive")],
+    );
     let mut stream = c.stream_is_active(so.clone()).await.unwrap().into_inner();
     // Inactive: nothing is pushed.
     assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no push while inactive");
@@ -33,9 +32,15 @@ async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
         let queue = queue.clone();
         async move {
             for _ in 0..n {
-                ch.basic_publish("".into(), queue.as_str().into(), BasicPublishOptions::default(), b"x", BasicProperties::default())
-                    .await
-                    .unwrap();
+                ch.basic_publish(
+                    "".into(),
+                    queue.as_str().into(),
+                    BasicPublishOptions::default(),
+                    b"x",
+                    BasicProperties::default(),
+                )
+                .await
+                .unwrap();
             }
         }
     };
@@ -58,11 +63,11 @@ async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
 async fn stream_metric_spec_is_unimplemented_and_spec_is_static() {
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", "spec", &[
-        ("rabbitmqHost", "amqp://127.0.0.1:1/%2f"),
-        ("rabbitmqQueueName", "q"),
-        ("metricName", "llama-replicas"),
-    ]);
+    let so = sref(
+        "ml",
+        "spec",
+        &[("rabbitmqHost", "amqp://127.0.0.1:1/%2f"), ("rabbitmqQueueName", "q"), ("metricName", "llama-replicas")],
+    );
     let err = c.stream_metric_spec(so.clone()).await.expect_err("unimplemented");
     assert_eq!(err.code(), tonic::Code::Unimplemented);
     // GetMetricSpec never depends on the (dead) source.
@@ -85,7 +90,7 @@ async fn http_endpoints_and_graceful_sigterm() {
     let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
     let ch = conn.create_channel().await.unwrap();
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
-    let so = sref("ml", "dbg", &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1")]);
+    let so = sref("ml", "dbg", &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1"), ("mode", "reactive")]);
     eventually(10, "answer", || {
         let (mut c, so) = (c.clone(), so.clone());
         async move { metric(&mut c, &so).await.ok() }

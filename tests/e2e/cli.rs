@@ -43,7 +43,11 @@ fn check_lists_every_error_and_fails() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("invalid: jobs/worker"), "{out}");
     assert!(out.contains("rabbitmqPerReplica") && out.contains("\"-1\""), "{out}");
-    assert!(out.contains("sloSecond") && out.contains("did you mean \\\"sloSeconds\\\"") || out.contains("did you mean \"sloSeconds\""), "{out}");
+    assert!(
+        out.contains("sloSecond") && out.contains("did you mean \\\"sloSeconds\\\"")
+            || out.contains("did you mean \"sloSeconds\""),
+        "{out}"
+    );
 }
 
 #[test]

@@ -76,9 +76,9 @@ impl Server {
                 log2.lock().unwrap().push(line);
             }
         });
-        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
-            panic!("prescale serve did not start: {:?}", log.lock().unwrap())
-        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("prescale serve did not start: {:?}", log.lock().unwrap()));
         let strip = |s: String| s.replace("\u{1b}[3m", "").replace("\u{1b}[0m", "").replace("\u{1b}[2m", "");
         let line = strip(line);
         let grpc = field(&line, "grpc").expect("grpc addr in log");

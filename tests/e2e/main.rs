@@ -7,4 +7,5 @@ mod errors;
 mod harness;
 mod prometheus;
 mod rabbitmq;
+mod replay;
 mod tls;

@@ -13,11 +13,17 @@ async fn publish(amqp: &str, queue: &str, n: usize) -> Connection {
     ch.queue_declare(queue.into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     for i in 0..n {
-        ch.basic_publish("".into(), queue.into(), BasicPublishOptions::default(), format!("m{i}").as_bytes(), BasicProperties::default())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            format!("m{i}").as_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     }
     conn
 }
@@ -34,14 +40,18 @@ async fn queue_length_over_amqp_scales_up_and_back_to_zero() {
     let conn = publish(&amqp, &queue, 45).await;
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", &unique("llama"), &[
-        ("scalerAddress", "prescale:9090"),
-        ("rabbitmqHost", &amqp),
-        ("rabbitmqQueueName", &queue),
-        ("rabbitmqPerReplica", "20"),
-        ("sampleSeconds", "1"),
-        ("mode", "reactive"),
-    ]);
+    let so = sref(
+        "ml",
+        &unique("llama"),
+        &[
+            ("scalerAddress", "prescale:9090"),
+            ("rabbitmqHost", &amqp),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "20"),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
     let spec = c.get_metric_spec(so.clone()).await.unwrap().into_inner();
     assert_eq!(spec.metric_specs.len(), 1);
     assert_eq!(spec.metric_specs[0].target_size, 1);
@@ -72,14 +82,18 @@ async fn management_api_queue_length_and_message_rate() {
     let _conn = publish(&amqp, &queue, 30).await;
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", &unique("http"), &[
-        ("rabbitmqHost", &http),
-        ("rabbitmqProtocol", "http"),
-        ("rabbitmqQueueName", &queue),
-        ("rabbitmqPerReplica", "7"),
-        ("sampleSeconds", "1"),
-        ("mode", "reactive"),
-    ]);
+    let so = sref(
+        "ml",
+        &unique("http"),
+        &[
+            ("rabbitmqHost", &http),
+            ("rabbitmqProtocol", "http"),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "7"),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
     // The management API's counters are sampled (every 5 s by default): poll.
     eventually(30, "GetMetrics = ceil(30/7) = 5 over the management API", || {
         let (mut c, so) = (c.clone(), so.clone());
@@ -88,14 +102,18 @@ async fn management_api_queue_length_and_message_rate() {
     .await;
 
     // MessageRate: nothing is being published now, but the backlog keeps it active.
-    let rate = sref("ml", &unique("rate"), &[
-        ("rabbitmqHost", &http),
-        ("rabbitmqQueueName", &queue),
-        ("rabbitmqMode", "MessageRate"),
-        ("rabbitmqPerReplica", "100"),
-        ("sampleSeconds", "1"),
-        ("mode", "reactive"),
-    ]);
+    let rate = sref(
+        "ml",
+        &unique("rate"),
+        &[
+            ("rabbitmqHost", &http),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqMode", "MessageRate"),
+            ("rabbitmqPerReplica", "100"),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
     let v = eventually(15, "MessageRate answer", || {
         let (mut c, rate) = (c.clone(), rate.clone());
         async move { metric(&mut c, &rate).await.ok() }
@@ -114,12 +132,16 @@ async fn closed_port_is_unavailable_never_zero() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", &unique("down"), &[
-        ("rabbitmqHost", &format!("amqp://user:hunter2@127.0.0.1:{port}/%2f")),
-        ("rabbitmqQueueName", "q"),
-        ("sampleSeconds", "1"),
-        ("staleAfterSeconds", "3"),
-    ]);
+    let so = sref(
+        "ml",
+        &unique("down"),
+        &[
+            ("rabbitmqHost", &format!("amqp://user:hunter2@127.0.0.1:{port}/%2f")),
+            ("rabbitmqQueueName", "q"),
+            ("sampleSeconds", "1"),
+            ("staleAfterSeconds", "3"),
+        ],
+    );
     let started = std::time::Instant::now();
     for _ in 0..8 {
         let err = metric(&mut c, &so).await.expect_err("a source that never answered must not give a number");
@@ -142,15 +164,19 @@ async fn losing_a_working_source_holds_then_goes_unavailable() {
     let proxy = Proxy::start("127.0.0.1:5672").await;
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
-    let so = sref("ml", &unique("cut"), &[
-        ("rabbitmqHost", &format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port)),
-        ("rabbitmqQueueName", &queue),
-        ("rabbitmqPerReplica", "10"),
-        ("sampleSeconds", "1"),
-        ("staleAfterSeconds", "4"),
-        ("sourceTimeoutSeconds", "0.5"),
-        ("mode", "reactive"),
-    ]);
+    let so = sref(
+        "ml",
+        &unique("cut"),
+        &[
+            ("rabbitmqHost", &format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port)),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "10"),
+            ("sampleSeconds", "1"),
+            ("staleAfterSeconds", "4"),
+            ("sourceTimeoutSeconds", "0.5"),
+            ("mode", "reactive"),
+        ],
+    );
     eventually(15, "GetMetrics = 3 through the proxy", || {
         let (mut c, so) = (c.clone(), so.clone());
         async move { (metric(&mut c, &so).await.ok() == Some(3)).then_some(()) }
@@ -165,7 +191,11 @@ async fn losing_a_working_source_holds_then_goes_unavailable() {
             Ok(v) => {
                 assert!(!saw_unavailable || v == 3, "answered again after going unavailable?");
                 assert_eq!(v, 3, "held at its last value while fresh");
-                assert!(cut_at.elapsed() < Duration::from_secs(7), "still answering {:?} after the cut", cut_at.elapsed());
+                assert!(
+                    cut_at.elapsed() < Duration::from_secs(7),
+                    "still answering {:?} after the cut",
+                    cut_at.elapsed()
+                );
             }
             Err(s) => {
                 assert_eq!(s.code(), tonic::Code::Unavailable);
@@ -177,7 +207,11 @@ async fn losing_a_working_source_holds_then_goes_unavailable() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(saw_unavailable, "must go UNAVAILABLE once the last good read is older than staleAfterSeconds");
-    assert!(cut_at.elapsed() >= Duration::from_secs(2), "went unavailable before staleAfterSeconds: {:?}", cut_at.elapsed());
+    assert!(
+        cut_at.elapsed() >= Duration::from_secs(2),
+        "went unavailable before staleAfterSeconds: {:?}",
+        cut_at.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -193,12 +227,11 @@ async fn five_hundred_scaled_objects_share_one_amqp_connection() {
     let mut refs = Vec::new();
     for i in 0..500 {
         let q = &queues[i % queues.len()];
-        let so = sref(&format!("ns{}", i % 7), &format!("so-{i}"), &[
-            ("rabbitmqHost", &amqp),
-            ("rabbitmqQueueName", q),
-            ("rabbitmqPerReplica", "1"),
-            ("mode", "reactive"),
-        ]);
+        let so = sref(
+            &format!("ns{}", i % 7),
+            &format!("so-{i}"),
+            &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", q), ("rabbitmqPerReplica", "1"), ("mode", "reactive")],
+        );
         c.get_metric_spec(so.clone()).await.unwrap();
         refs.push(so);
     }
@@ -211,7 +244,11 @@ async fn five_hundred_scaled_objects_share_one_amqp_connection() {
         assert_eq!(v, 3);
     }
     let (_, m) = srv.get("/metrics").await;
-    assert!(m.contains("prescale_source_connections{kind=\"amqp\"} 1"), "one AMQP connection:\n{}", grep(&m, "connections"));
+    assert!(
+        m.contains("prescale_source_connections{kind=\"amqp\"} 1"),
+        "one AMQP connection:\n{}",
+        grep(&m, "connections")
+    );
     assert!(m.contains("prescale_pollers 5"), "one poll per queue:\n{}", grep(&m, "pollers"));
     assert!(m.contains("prescale_scaled_objects 500"), "{}", grep(&m, "scaled_objects"));
 
@@ -222,8 +259,15 @@ async fn five_hundred_scaled_objects_share_one_amqp_connection() {
     let n = eventually(20, "broker lists prescale's connection", || {
         let (api, pid) = (api.clone(), pid.clone());
         async move {
-            let conns: serde_json::Value =
-                reqwest::Client::new().get(&api).basic_auth("guest", Some("guest")).send().await.ok()?.json().await.ok()?;
+            let conns: serde_json::Value = reqwest::Client::new()
+                .get(&api)
+                .basic_auth("guest", Some("guest"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
             let n = conns
                 .as_array()?
                 .iter()

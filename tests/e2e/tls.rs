@@ -48,7 +48,11 @@ fn pki() -> Pki {
     Pki { dir, ca_pem, client_cert, client_key, rogue_cert, rogue_key }
 }
 
-async fn connect(srv: &Server, ca: &str, identity: Option<(&str, &str)>) -> Result<ExternalScalerClient<Channel>, String> {
+async fn connect(
+    srv: &Server,
+    ca: &str,
+    identity: Option<(&str, &str)>,
+) -> Result<ExternalScalerClient<Channel>, String> {
     let port = srv.grpc.rsplit(':').next().unwrap();
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name("localhost");
     if let Some((c, k)) = identity {

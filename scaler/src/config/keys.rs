@@ -90,3 +90,17 @@ fn levenshtein(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
+
+/// The metadata reference as the README's markdown table (`prescale keys` prints it;
+/// a test keeps the README identical).
+pub fn markdown_table() -> String {
+    let mut out = String::from("| key | group | default | meaning |\n|---|---|---|---|\n");
+    for d in KEYS {
+        out.push_str(&format!("| `{}` | {} | {} | {} |\n", d.key, d.group, d.default, d.meaning.replace('|', "\\|")));
+    }
+    out.push_str(&format!(
+        "\nKEDA's own keys are accepted and ignored: {}. Any other key is an error that names it.\n",
+        KEDA_KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    ));
+    out
+}

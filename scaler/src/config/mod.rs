@@ -5,7 +5,7 @@
 mod keys;
 mod reader;
 
-pub use keys::{KeyDoc, KEDA_KEYS, KEYS};
+pub use keys::{markdown_table, KeyDoc, KEDA_KEYS, KEYS};
 pub use reader::Metadata;
 
 use std::collections::BTreeMap;
@@ -138,7 +138,11 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
                 && v.len() <= 63
                 && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
             if !ok {
-                md.error("metricName", Some(&v), "must be 1-63 characters of [a-z0-9-] (the HPA lowercases metric names)");
+                md.error(
+                    "metricName",
+                    Some(&v),
+                    "must be 1-63 characters of [a-z0-9-] (the HPA lowercases metric names)",
+                );
             }
             v
         })
@@ -151,7 +155,10 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
             md.error(
                 "staleAfterSeconds",
                 Some(&format!("{}", st.as_secs_f64())),
-                &format!("must be at least sampleSeconds ({}), or every signal is stale between polls", s.as_secs_f64()),
+                &format!(
+                    "must be at least sampleSeconds ({}), or every signal is stale between polls",
+                    s.as_secs_f64()
+                ),
             );
         }
     }
@@ -189,9 +196,8 @@ fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
     let capacity_per_replica = md.opt_positive_f64("capacityPerReplica");
     let slo_seconds = md.f64_in("sloSeconds", 5.0, 0.0, 86_400.0, false);
     let scale_to_zero = md.bool("scaleToZero", false);
-    let forecast_model = md
-        .choice("forecastModel", "auto", &["auto", "smoothing", "holtWinters", "seasonalNaive"])
-        .map(|m| match m {
+    let forecast_model =
+        md.choice("forecastModel", "auto", &["auto", "smoothing", "holtWinters", "seasonalNaive"]).map(|m| match m {
             "smoothing" => ForecastModel::Smoothing,
             "holtWinters" => ForecastModel::HoltWinters,
             "seasonalNaive" => ForecastModel::SeasonalNaive,
@@ -201,7 +207,11 @@ fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
     let max_replicas = md.u32("maxReplicas", 100);
     if let (Some(lo), Some(hi)) = (min_replicas, max_replicas) {
         if hi == 0 || lo > hi {
-            md.error("maxReplicas", Some(&hi.to_string()), &format!("must be at least 1 and at least minReplicas ({lo})"));
+            md.error(
+                "maxReplicas",
+                Some(&hi.to_string()),
+                &format!("must be at least 1 and at least minReplicas ({lo})"),
+            );
         }
     }
     Some(PlannerSettings {
@@ -214,4 +224,102 @@ fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
         min_replicas: min_replicas?,
         max_replicas: max_replicas?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> ScalerId {
+        ScalerId { namespace: "ns".into(), name: "so".into() }
+    }
+
+    #[test]
+    fn parsers_read_exactly_the_documented_keys() {
+        // Every documented key at its example value: the parsers must read each of them,
+        // and read nothing undocumented.
+        let map: BTreeMap<String, String> = KEYS.iter().map(|d| (d.key.to_string(), d.example.to_string())).collect();
+        let so = id();
+        let mut md = Metadata::new(&so, &map);
+        let _ = parse_with(&mut md);
+        let consumed = md.consumed().clone();
+        for d in KEYS {
+            assert!(consumed.contains(d.key), "documented key {} is never read by a parser", d.key);
+        }
+        for k in &consumed {
+            assert!(
+                KEYS.iter().any(|d| d.key == k) || KEDA_KEYS.contains(&k.as_str()),
+                "parser reads undocumented key {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_example_value_is_valid_on_its_own() {
+        // Each key's example parses in a minimal valid config of its group.
+        let base_rabbit = [("rabbitmqHost", "amqp://h:5672/%2f"), ("rabbitmqQueueName", "q")];
+        let base_prom =
+            [("prometheusServerAddress", "http://p:9090"), ("prometheusQuery", "up"), ("prometheusPerReplica", "1")];
+        for d in KEYS {
+            let mut map: BTreeMap<String, String> = if d.group == "prometheus" {
+                base_prom.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            } else {
+                base_rabbit.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            };
+            if d.key == "rabbitmqHostFromEnv" {
+                map.remove("rabbitmqHost");
+            }
+            map.insert(d.key.to_string(), d.example.to_string());
+            if let Err(e) = parse(&id(), &map) {
+                panic!("example of {} ({:?}) does not parse: {e}", d.key, d.example);
+            }
+        }
+    }
+
+    #[test]
+    fn readme_table_matches_the_parser() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
+        let start =
+            readme.find("<!-- keys:start -->").expect("README has <!-- keys:start -->") + "<!-- keys:start -->".len();
+        let end = readme.find("<!-- keys:end -->").expect("README has <!-- keys:end -->");
+        let block = readme[start..end].trim();
+        assert_eq!(
+            block,
+            markdown_table().trim(),
+            "README metadata table is out of date: run `prescale keys` and paste it"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_all_reported_with_a_hint() {
+        let map: BTreeMap<String, String> = [
+            ("rabbitmqHost", "amqp://h"),
+            ("rabbitmqQueueName", "q"),
+            ("rabitmqPerReplica", "3"),
+            ("totallyUnknown", "x"),
+            ("scalerAddress", "prescale:9090"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let errs = parse(&id(), &map).unwrap_err().0;
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].reason.contains("did you mean \"rabbitmqPerReplica\""), "{errs:?}");
+        assert!(errs.iter().all(|e| e.scaled_object == "ns/so"));
+    }
+
+    #[test]
+    fn stale_after_must_cover_the_sample_period() {
+        let map: BTreeMap<String, String> = [
+            ("rabbitmqHost", "amqp://h"),
+            ("rabbitmqQueueName", "q"),
+            ("sampleSeconds", "30"),
+            ("staleAfterSeconds", "10"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let errs = parse(&id(), &map).unwrap_err().0;
+        assert_eq!(errs[0].key, "staleAfterSeconds");
+    }
 }

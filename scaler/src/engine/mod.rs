@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod plan;
 pub mod poller;
+pub mod predict;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +77,9 @@ pub struct ScalerEntry {
     pub config: Arc<ScalerConfig>,
     pollers: Vec<Arc<Poller>>,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
+    /// The planner (predictive and shadow modes). Its task steps it once per tick; the
+    /// debug page locks it briefly to serialize its full view on demand.
+    predictor: Mutex<Option<predict::Predictor>>,
     ready: watch::Sender<bool>,
     active: watch::Sender<bool>,
     last_asked_ms: AtomicU64,
@@ -106,9 +110,8 @@ impl ScalerEntry {
 
     /// The answer at `now_ms`, or why there is none (never a 0 for missing data).
     pub fn answer(&self, now: u64) -> Result<Answer, Unavailable> {
-        let snap = self.snapshot().ok_or_else(|| {
-            Unavailable(format!("{}: no source has been read yet", self.config.id))
-        })?;
+        let snap =
+            self.snapshot().ok_or_else(|| Unavailable(format!("{}: no source has been read yet", self.config.id)))?;
         let stale_ms = self.config.stale_after.as_millis() as u64;
         for s in &snap.signals {
             let err = s.last_error.as_deref().unwrap_or("no error recorded");
@@ -207,7 +210,9 @@ impl Engine {
         let h = identity_hash(namespace, name, md);
         {
             let map = self.inner.scalers.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md))) {
+            if let Some(e) =
+                map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md)))
+            {
                 e.touch();
                 return Ok(e.clone());
             }
@@ -260,6 +265,7 @@ impl Engine {
             config: Arc::new(cfg),
             pollers,
             snapshot: RwLock::new(None),
+            predictor: Mutex::new(None),
             ready,
             active,
             last_asked_ms: AtomicU64::new(now_ms()),
@@ -323,7 +329,9 @@ impl Engine {
         let m = &self.inner.metrics;
         let pollers = self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner());
         m.pollers.set(pollers.values().filter(|w| w.strong_count() > 0).count() as i64);
-        m.connections.get_or_create(&vec![("kind", "amqp".to_string())]).set(self.inner.shared.amqp.open_connections() as i64);
+        m.connections
+            .get_or_create(&vec![("kind", "amqp".to_string())])
+            .set(self.inner.shared.amqp.open_connections() as i64);
     }
 
     /// Every tracked ScaledObject: config, signals, plan, reason.
@@ -353,6 +361,30 @@ impl Engine {
         serde_json::json!({ "scaledObjects": items })
     }
 
+    /// One ScaledObject in full, planner history included (`/debug/scalers/{ns}/{name}`).
+    pub fn debug_one(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        let map = self.inner.scalers.read().unwrap_or_else(|e| e.into_inner());
+        let now = now_ms();
+        let items: Vec<serde_json::Value> = map
+            .values()
+            .flatten()
+            .filter(|e| e.config.id.namespace == namespace && e.config.id.name == name)
+            .map(|e| {
+                serde_json::json!({
+                    "scaledObject": e.config.id.to_string(),
+                    "config": &*e.config,
+                    "answer": match e.answer(now) {
+                        Ok(a) => serde_json::json!({"replicas": a.replicas, "active": a.active}),
+                        Err(u) => serde_json::json!({"unavailable": u.0}),
+                    },
+                    "snapshot": e.snapshot().as_deref(),
+                    "planner": e.predictor.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|p| serde_json::to_value(p.planner().snapshot()).ok()),
+                })
+            })
+            .collect();
+        (!items.is_empty()).then(|| serde_json::json!({ "triggers": items }))
+    }
+
     /// Periodic sweep of idle ScaledObjects.
     pub fn spawn_janitor(&self) -> JoinHandle<()> {
         let engine = self.clone();
@@ -374,7 +406,7 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>) {
         None => return,
     };
     let mut state = match weak.upgrade() {
-        Some(e) => ScalerState::new(&e.config),
+        Some(e) => ScalerState::new(&e),
         None => return,
     };
     // First round: whatever each poller has, as soon as each has finished one read.
@@ -382,7 +414,8 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>) {
     let mut first = true;
     loop {
         let Some(e) = weak.upgrade() else { return };
-        let deadline = if first { tick + timeout_ms * 4 + 1000 } else { tick + (sample_ms * 9 / 10).max(timeout_ms + 200) };
+        let deadline =
+            if first { tick + timeout_ms * 4 + 1000 } else { tick + (sample_ms * 9 / 10).max(timeout_ms + 200) };
         let want = if first { 1 } else { tick };
         let rxs: Vec<_> = e.pollers.iter().map(|p| p.subscribe()).collect();
         drop(e);
@@ -393,6 +426,7 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>) {
         let Some(e) = weak.upgrade() else { return };
         let snap = state.step(&e, if first { now_ms() } else { tick });
         publish(&e, snap, &metrics);
+
         drop(e);
         first = false;
         tick = next_tick(now_ms() + 1, sample_ms);
@@ -423,14 +457,30 @@ impl ScalerEntry {
     }
 }
 
-/// Per-ScaledObject planning state, touched only by its task.
+/// Warm-up planned with `warmupSeconds: auto` until the cluster has measured one.
+pub const AUTO_WARMUP_FALLBACK_S: f64 = 180.0;
+
+/// Per-ScaledObject planning state, touched only by its task (the planner itself
+/// lives in the entry so the debug page can read it).
 struct ScalerState {
     config: Arc<ScalerConfig>,
+    predictor_error: Option<String>,
 }
 
 impl ScalerState {
-    fn new(config: &Arc<ScalerConfig>) -> Self {
-        Self { config: config.clone() }
+    fn new(e: &ScalerEntry) -> Self {
+        let config = &e.config;
+        let mut predictor_error = None;
+        if config.planner.mode != crate::config::Mode::Reactive {
+            match predict::Predictor::new(&config.planner, AUTO_WARMUP_FALLBACK_S, config.sample.as_secs_f64()) {
+                Ok(p) => *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
+                Err(err) => {
+                    tracing::error!(scaled_object = %config.id, error = %err, "planner disabled; answering reactively");
+                    predictor_error = Some(err.to_string());
+                }
+            }
+        }
+        Self { config: config.clone(), predictor_error }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -457,19 +507,48 @@ impl ScalerState {
             })
             .collect();
         let demand = plan::combine(&signals);
-        let (reactive, reason) = match &demand {
+        let (reactive, reactive_reason) = match &demand {
             Some(d) => plan::reactive(d, &self.config.planner),
             None => (0, "no reading yet".to_string()),
         };
+        let mut answer = (reactive, reactive_reason.clone());
+        let mut planner = None;
+        let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(p), Some(d)) = (guard.as_mut(), demand.as_ref()) {
+            let observed = predict::observed_demand(d, &signals, self.config.planner.capacity_per_replica);
+            let dec = p.step(tick_ms as f64 / 1000.0, observed);
+            let why = dec.reason.to_string();
+            if plan::planner_answers(self.config.planner.mode) {
+                answer = (dec.desired, format!("planner: {why}"));
+            } else {
+                answer.1 = format!(
+                    "shadow: answered reactively ({reactive_reason}); the planner would answer {}: {why}",
+                    dec.desired
+                );
+                if dec.desired != reactive {
+                    tracing::info!(scaled_object = %self.config.id, reactive, planner = dec.desired, reason = %why, "shadow: planner differs");
+                }
+            }
+            planner = Some(serde_json::json!({
+                "desired": dec.desired,
+                "reason": why,
+                "observedDemand": observed,
+                "warmupPlannedSeconds": p.planner().warmup_planned(),
+                "forecast": dec.forecast,
+            }));
+        } else if let Some(err) = &self.predictor_error {
+            answer.1 = format!("{reactive_reason} (planner disabled: {err})");
+        }
+        drop(guard);
         Snapshot {
             tick_ms,
             driver: demand.as_ref().and_then(|d| d.driver).map(|i| signals[i].label.clone()),
             demand_replicas: demand.as_ref().map(|d| d.replicas),
             active: demand.as_ref().is_some_and(|d| d.active),
-            replicas: reactive,
-            reason,
+            replicas: answer.0,
+            reason: answer.1,
             reactive_replicas: reactive,
-            planner: None,
+            planner,
             signals,
         }
     }

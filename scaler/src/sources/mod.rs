@@ -125,11 +125,7 @@ pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
         out.push(SourceConfig::Prometheus(c));
     }
     if out.is_empty() && !md.has_prefix("rabbitmq") && !md.has_prefix("prometheus") {
-        md.error(
-            "rabbitmqQueueName",
-            None,
-            "no signal configured: set at least one source (rabbitmq*, prometheus*)",
-        );
+        md.error("rabbitmqQueueName", None, "no signal configured: set at least one source (rabbitmq*, prometheus*)");
     }
     out
 }

@@ -39,15 +39,16 @@ impl PrometheusConfig {
         if !md.has_prefix("prometheus") {
             return None;
         }
-        let server = md.required("prometheusServerAddress", "Prometheus base URL").and_then(|s| {
-            match url::Url::parse(&s) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Some(s.trim_end_matches('/').to_string()),
+        let server =
+            md.required("prometheusServerAddress", "Prometheus base URL").and_then(|s| match url::Url::parse(&s) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+                    Some(s.trim_end_matches('/').to_string())
+                }
                 _ => {
                     md.error("prometheusServerAddress", Some(&s), "expected an http:// or https:// URL");
                     None
                 }
-            }
-        });
+            });
         let query = md.required("prometheusQuery", "a PromQL instant query");
         let per_replica = match md.opt_positive_f64("prometheusPerReplica") {
             Some(Some(v)) => Some(v),
@@ -160,7 +161,8 @@ pub fn parse_instant(body: &str, ignore_null: bool) -> Result<f64, SourceError> 
     let data = v.get("data").ok_or_else(|| SourceError::Parse("no data".into()))?;
     let sample = match data.get("resultType").and_then(|t| t.as_str()) {
         Some("vector") => {
-            let res = data.get("result").and_then(|r| r.as_array()).ok_or_else(|| SourceError::Parse("no result".into()))?;
+            let res =
+                data.get("result").and_then(|r| r.as_array()).ok_or_else(|| SourceError::Parse("no result".into()))?;
             match res.len() {
                 0 if ignore_null => return Ok(0.0),
                 0 => {
@@ -169,7 +171,11 @@ pub fn parse_instant(body: &str, ignore_null: bool) -> Result<f64, SourceError> 
                     ))
                 }
                 1 => res[0].get("value").cloned(),
-                n => return Err(SourceError::Query(format!("the query returned {n} series; it must return one (use sum/max)"))),
+                n => {
+                    return Err(SourceError::Query(format!(
+                        "the query returned {n} series; it must return one (use sum/max)"
+                    )))
+                }
             }
         }
         Some("scalar") => data.get("result").cloned(),

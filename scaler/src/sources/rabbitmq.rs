@@ -168,7 +168,13 @@ impl RabbitmqConfig {
     pub fn poll_key(&self) -> String {
         format!(
             "rabbitmq|{}|{}|{:?}|{:?}|{}|{}|{}",
-            self.url, self.queue, self.mode, self.protocol, self.exclude_unacknowledged, self.vhost, self.activation_value
+            self.url,
+            self.queue,
+            self.mode,
+            self.protocol,
+            self.exclude_unacknowledged,
+            self.vhost,
+            self.activation_value
         )
     }
 
@@ -231,7 +237,8 @@ impl AmqpPool {
     pub async fn gc(&self) {
         let unused: Vec<Arc<AmqpConn>> = {
             let mut m = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-            let keys: Vec<String> = m.iter().filter(|(_, c)| Arc::strong_count(c) == 1).map(|(k, _)| k.clone()).collect();
+            let keys: Vec<String> =
+                m.iter().filter(|(_, c)| Arc::strong_count(c) == 1).map(|(k, _)| k.clone()).collect();
             keys.iter().filter_map(|k| m.remove(k)).collect()
         };
         for c in unused {
@@ -246,7 +253,8 @@ impl AmqpConn {
     async fn channel(&self) -> Result<lapin::Channel, SourceError> {
         let mut guard = self.conn.lock().await;
         if guard.as_ref().is_none_or(|c| !c.status().connected()) {
-            let props = lapin::ConnectionProperties::default().with_connection_name(format!("prescale/{}", std::process::id()).into());
+            let props = lapin::ConnectionProperties::default()
+                .with_connection_name(format!("prescale/{}", std::process::id()).into());
             let c = lapin::Connection::connect(&self.url, props).await.map_err(SourceError::connect)?;
             *guard = Some(c);
         }
@@ -401,7 +409,8 @@ mod tests {
         let (_, errs) = parse(&[("rabbitmqHost", "amqp://h"), ("rabbitmqPerReplica", "ten")]);
         assert!(errs.iter().any(|e| e.contains("rabbitmqPerReplica") && e.contains("ten")), "{errs:?}");
         assert!(errs.iter().any(|e| e.contains("rabbitmqQueueName")), "{errs:?}");
-        let (_, errs) = parse(&[("rabbitmqHost", "amqp://h"), ("rabbitmqQueueName", "q"), ("rabbitmqMode", "MessageRate")]);
+        let (_, errs) =
+            parse(&[("rabbitmqHost", "amqp://h"), ("rabbitmqQueueName", "q"), ("rabbitmqMode", "MessageRate")]);
         assert!(errs.iter().any(|e| e.contains("rabbitmqMode")), "{errs:?}");
         let (_, errs) = parse(&[("rabbitmqHost", "amqp://h"), ("rabbitmqQueueName", "q"), ("rabbitmqPerReplica", "0")]);
         assert!(errs.iter().any(|e| e.contains("rabbitmqPerReplica")), "{errs:?}");

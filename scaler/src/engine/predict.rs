@@ -1,0 +1,194 @@
+//! The planner as `serve` runs it: one pure step per tick, time as an argument, so
+//! tests drive it with recorded demand and a paused clock.
+//!
+//! Units: the planner sees demand in replica-equivalents (capacity 1 per replica) — the
+//! max over signals of `value / perReplica`, the HPA's view. With `capacityPerReplica`,
+//! a signal that reports an arrival rate (RabbitMQ `publish_rate`) contributes
+//! `rate / capacityPerReplica` replica-equivalents too, so a rising arrival rate is seen
+//! before the backlog builds.
+
+use prescale_forecaster::planner::PlannerError;
+use prescale_forecaster::{Decision, ForecastModel as FM, Planner, PlannerConfig, WarmupDist};
+
+use super::plan::{Demand, SignalView};
+use crate::config::{ForecastModel, PlannerSettings, Warmup};
+
+pub struct Predictor {
+    planner: Planner,
+    settings: PlannerSettings,
+    last_t: Option<f64>,
+    last_desired: u32,
+}
+
+/// The replica-equivalents the planner observes at one tick.
+pub fn observed_demand(d: &Demand, signals: &[SignalView], capacity_per_replica: Option<f64>) -> f64 {
+    let mut x = d.replicas;
+    if let Some(mu) = capacity_per_replica {
+        for s in signals {
+            if let Some(rate) = s.detail.get("publish_rate").or_else(|| s.detail.get("arrival_rate")) {
+                x = x.max(rate / mu);
+            }
+        }
+    }
+    if x.is_finite() {
+        x.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+impl Predictor {
+    /// `warmup_s`: the configured warm-up, or the fallback when `warmupSeconds: auto`
+    /// has no measurements yet. `interval_s`: the tick (sampleSeconds).
+    pub fn new(settings: &PlannerSettings, warmup_s: f64, interval_s: f64) -> Result<Self, PlannerError> {
+        let warmup = match settings.warmup {
+            Warmup::Seconds(w) => w,
+            Warmup::Auto => warmup_s,
+        };
+        let min = if settings.scale_to_zero { settings.min_replicas } else { settings.min_replicas.max(1) };
+        let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(warmup), interval_s.max(1.0), settings.slo_seconds);
+        cfg.min_replicas = min;
+        cfg.max_replicas = settings.max_replicas.max(min).max(1);
+        cfg.scale_to_zero = settings.scale_to_zero;
+        cfg.model = match settings.forecast_model {
+            ForecastModel::Auto => FM::Auto,
+            ForecastModel::Smoothing => FM::Smoothing,
+            ForecastModel::HoltWinters => FM::HoltWinters,
+            ForecastModel::SeasonalNaive => FM::SeasonalNaive,
+        };
+        Ok(Self { planner: Planner::new(cfg)?, settings: settings.clone(), last_t: None, last_desired: 0 })
+    }
+
+    /// Observe the tick's demand and plan. `t_s` is wall-clock seconds (unix).
+    pub fn step(&mut self, t_s: f64, demand: f64) -> Decision {
+        let dt = match self.last_t {
+            Some(prev) if t_s > prev => t_s - prev,
+            Some(_) => 0.0,
+            None => self.planner.config().interval_s,
+        };
+        if dt > 0.0 {
+            // Demand in replica-equivalents held over (t - dt, t]: mass = demand · dt.
+            self.planner.observe(t_s, dt, demand * dt, 0.0);
+            self.last_t = Some(t_s);
+        }
+        let d = self.planner.plan(t_s, self.last_desired, 0);
+        self.last_desired = d.desired;
+        d
+    }
+
+    pub fn settings(&self) -> &PlannerSettings {
+        &self.settings
+    }
+
+    pub fn planner(&self) -> &Planner {
+        &self.planner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mode;
+
+    fn settings(scale_to_zero: bool, warmup: f64) -> PlannerSettings {
+        PlannerSettings {
+            mode: Mode::Predictive,
+            warmup: Warmup::Seconds(warmup),
+            capacity_per_replica: None,
+            slo_seconds: 5.0,
+            scale_to_zero,
+            forecast_model: ForecastModel::Auto,
+            min_replicas: 0,
+            max_replicas: 50,
+        }
+    }
+
+    const DAY: f64 = 86_400.0;
+    const T0: f64 = 1_790_000_000.0 - 1_790_000_000.0 % DAY; // a UTC midnight
+
+    /// A recorded daily pattern: 2 replica-equivalents at night, 12 from 09:00 to 17:00.
+    fn daily(t: f64) -> f64 {
+        let h = (t - T0).rem_euclid(DAY) / 3600.0;
+        if (9.0..17.0).contains(&h) {
+            12.0
+        } else {
+            2.0
+        }
+    }
+
+    #[test]
+    fn pre_scales_before_a_recurring_daily_peak() {
+        let warmup = 300.0;
+        let mut p = Predictor::new(&settings(true, warmup), warmup, 60.0).unwrap();
+        // Three days of history at one tick a minute (a paused clock: time is the argument).
+        let mut t = T0;
+        while t < T0 + 3.0 * DAY + 8.0 * 3600.0 {
+            p.step(t, daily(t));
+            t += 60.0;
+        }
+        // Day 4, 08:55: demand is still at night level, but the peak starts at 09:00 and
+        // a replica started now is ready at 09:00 — the plan must already cover it.
+        let before_peak = T0 + 3.0 * DAY + 9.0 * 3600.0 - warmup;
+        let mut last = None;
+        while t <= before_peak {
+            last = Some(p.step(t, daily(t)));
+            t += 60.0;
+        }
+        let d = last.unwrap();
+        assert_eq!(daily(before_peak), 2.0, "demand now is at night level");
+        assert!(d.desired >= 12, "plan {} at 08:55 must cover the 09:00 peak of 12 (reason: {})", d.desired, d.reason);
+        // Well before the peak (03:00) it does not hold peak capacity.
+        let mut q = Predictor::new(&settings(true, warmup), warmup, 60.0).unwrap();
+        let mut t = T0;
+        let mut at3 = None;
+        while t <= T0 + 3.0 * DAY + 3.0 * 3600.0 {
+            at3 = Some(q.step(t, daily(t)));
+            t += 60.0;
+        }
+        assert!(at3.unwrap().desired < 12, "no peak capacity at 03:00");
+    }
+
+    #[test]
+    fn wakes_from_zero_before_a_predicted_arrival() {
+        let warmup = 240.0;
+        let mut p = Predictor::new(&settings(true, warmup), warmup, 60.0).unwrap();
+        // A daily batch: 4 replica-equivalents from 02:00 to 02:30, nothing otherwise.
+        let batch = |t: f64| {
+            let m = (t - T0).rem_euclid(DAY) / 60.0;
+            if (120.0..150.0).contains(&m) {
+                4.0
+            } else {
+                0.0
+            }
+        };
+        let mut t = T0;
+        let mut went_to_zero = false;
+        while t < T0 + 4.0 * DAY + 100.0 * 60.0 {
+            let d = p.step(t, batch(t));
+            if t > T0 + 3.0 * DAY && d.desired == 0 {
+                went_to_zero = true;
+            }
+            t += 60.0;
+        }
+        assert!(went_to_zero, "idle for most of the day: the plan reaches zero");
+        // Day 5, 01:56: still idle, the batch starts at 02:00, warm-up 4 min.
+        let mut d = None;
+        while t <= T0 + 4.0 * DAY + 116.0 * 60.0 {
+            d = Some(p.step(t, batch(t)));
+            t += 60.0;
+        }
+        let d = d.unwrap();
+        assert!(d.desired >= 1, "wake before the predicted arrival (reason: {})", d.reason);
+    }
+
+    #[test]
+    fn scale_to_zero_off_keeps_one() {
+        let mut p = Predictor::new(&settings(false, 60.0), 60.0, 5.0).unwrap();
+        let mut t = T0;
+        for _ in 0..2000 {
+            let d = p.step(t, 0.0);
+            assert!(d.desired >= 1);
+            t += 5.0;
+        }
+    }
+}

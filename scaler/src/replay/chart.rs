@@ -1,0 +1,102 @@
+//! The replay chart (SVG via `plotters`): one panel per policy with demand, ready
+//! replicas and the plan (replicas, left axis) and the backlog (requests, right axis).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use prescale_forecaster::SimResult;
+
+use super::Summary;
+
+/// At most this many points per series: bucket max keeps every peak visible.
+const MAX_POINTS: usize = 1500;
+
+fn downsample(xs: &[f64], ys: &[f64]) -> Vec<(f64, f64)> {
+    let n = xs.len().min(ys.len());
+    if n <= MAX_POINTS {
+        return (0..n).map(|i| (xs[i], ys[i])).collect();
+    }
+    let per = n.div_ceil(MAX_POINTS);
+    (0..n)
+        .step_by(per)
+        .map(|i| {
+            let end = (i + per).min(n);
+            let y = ys[i..end].iter().copied().fold(f64::MIN, f64::max);
+            (xs[i], y)
+        })
+        .collect()
+}
+
+pub fn draw(path: &Path, s: &Summary, results: &[SimResult]) -> Result<(), String> {
+    let n = results.len().max(1);
+    let root = SVGBackend::new(path, (1400, 330 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let panels = root.split_evenly((n, 1));
+    let interval = s.scenario.interval as f64;
+    let mu = s.scenario.capacity;
+    for (panel, (res, row)) in panels.iter().zip(results.iter().zip(&s.policies)) {
+        let hours: Vec<f64> = res.plan.iter().map(|(t, _)| *t as f64 / 3600.0).collect();
+        let demand: Vec<f64> = res.arrivals.iter().map(|a| a / interval / mu).collect();
+        let ready: Vec<f64> = res.ready.iter().map(|r| f64::from(*r)).collect();
+        let plan: Vec<f64> = res.plan.iter().map(|(_, d)| f64::from(*d)).collect();
+        let backlog: Vec<f64> = res.backlog_max.clone();
+        let x_max = hours.last().copied().unwrap_or(1.0).max(1e-3) + interval / 3600.0;
+        let y_max = demand.iter().chain(&ready).chain(&plan).copied().fold(1.0, f64::max) * 1.1;
+        let b_max = backlog.iter().copied().fold(1.0, f64::max) * 1.1;
+        let caption = format!(
+            "{} — SLO attainment {:.2}%, {:.1} GPU-h ({:.2}× oracle), {} starts",
+            row.policy,
+            row.slo_attainment * 100.0,
+            row.gpu_hours,
+            row.cost_vs_oracle,
+            row.replica_starts
+        );
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", 18))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(56)
+            .right_y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(|e| e.to_string())?
+            .set_secondary_coord(0f64..x_max, 0f64..b_max);
+        chart
+            .configure_mesh()
+            .x_desc("hours")
+            .y_desc("replicas")
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart.configure_secondary_axes().y_desc("backlog (requests)").draw().map_err(|e| e.to_string())?;
+        let backlog_color = RGBColor(214, 39, 40);
+        chart
+            .draw_secondary_series(AreaSeries::new(downsample(&hours, &backlog), 0.0, backlog_color.mix(0.25)))
+            .map_err(|e| e.to_string())?
+            .label("backlog (right)")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], backlog_color.mix(0.35).filled()));
+        let series: [(&str, &Vec<f64>, RGBColor); 3] = [
+            ("demand (replica-equivalents)", &demand, RGBColor(127, 127, 127)),
+            ("ready replicas", &ready, RGBColor(31, 119, 180)),
+            ("plan (desired)", &plan, RGBColor(255, 127, 14)),
+        ];
+        for (label, ys, color) in series {
+            chart
+                .draw_series(LineSeries::new(
+                    downsample(&hours, ys),
+                    color.stroke_width(if label.starts_with("demand") { 1 } else { 2 }),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! `prescale replay`: the dry-run forecaster. Replays a trace (a file, the bundled
+//! default, or a range of a real Prometheus) through the planner and the reference
+//! policies of REPLAY.md, prints the scorecard, writes the plan CSV, the summary JSON
+//! and a chart.
+
+pub mod chart;
+pub mod prom;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use prescale_forecaster::{
+    oracle_replica_seconds, parse_trace, plan_csv, scenario_defaults, simulate, OraclePolicy, Policy, PrescalePolicy,
+    ReactivePolicy, Scenario, SimResult, Trace,
+};
+use serde::Serialize;
+
+/// The trace replayed when no `--trace`/`--prometheus` is given (see examples/traces/README.md).
+pub const BUNDLED_TRACE: &str = include_str!("../../../examples/traces/servegen-m-large-14d.csv");
+pub const BUNDLED_NAME: &str = "servegen-m-large-14d (bundled; Alibaba ServeGen, Apache-2.0)";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Prescale,
+    Reactive,
+    Oracle,
+    All,
+}
+
+/// Everything a replay needs besides the trace.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub capacity: f64,
+    pub warmup: u64,
+    pub slo: f64,
+    pub interval: u64,
+    pub min_replicas: u32,
+    pub max_replicas: Option<u32>,
+    pub initial_replicas: Option<u32>,
+    pub policy: Which,
+    pub plan_out: Option<PathBuf>,
+    pub summary_out: Option<PathBuf>,
+    pub chart: Option<PathBuf>,
+    pub progress: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("trace: {0}")]
+    Trace(#[from] prescale_forecaster::TraceError),
+    #[error("scenario: {0}")]
+    Scenario(String),
+    #[error("planner: {0}")]
+    Planner(#[from] prescale_forecaster::planner::PlannerError),
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("chart: {0}")]
+    Chart(String),
+    #[error("prometheus: {0}")]
+    Prometheus(String),
+}
+
+/// One policy's row of the scorecard.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyRow {
+    pub policy: String,
+    pub slo_attainment: f64,
+    pub replica_seconds: f64,
+    pub gpu_hours: f64,
+    /// replica_seconds / oracle_replica_seconds.
+    pub cost_vs_oracle: f64,
+    #[serde(serialize_with = "finite_or_null")]
+    pub p50_delay_s: f64,
+    #[serde(serialize_with = "finite_or_null")]
+    pub p99_delay_s: f64,
+    pub replica_starts: u64,
+    pub wall_seconds: f64,
+}
+
+fn finite_or_null<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&v.is_finite().then_some(*v), s)
+}
+
+/// The summary JSON: REPLAY.md's keys for the primary policy at top level, plus every row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub trace: String,
+    pub trace_seconds: u64,
+    pub scenario: Scenario,
+    pub policy: String,
+    pub slo_attainment: f64,
+    pub replica_seconds: f64,
+    #[serde(serialize_with = "finite_or_null")]
+    pub p50_delay_s: f64,
+    #[serde(serialize_with = "finite_or_null")]
+    pub p99_delay_s: f64,
+    pub replica_starts: u64,
+    pub oracle_replica_seconds: f64,
+    pub policies: Vec<PolicyRow>,
+}
+
+pub struct Replayed {
+    pub summary: Summary,
+    pub results: Vec<SimResult>,
+}
+
+/// Replay `trace` (named `name`) as `opts` says. Pure apart from the optional progress
+/// bar; writing files is [`write_outputs`].
+pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replayed, ReplayError> {
+    if !(opts.capacity.is_finite() && opts.capacity > 0.0) {
+        return Err(ReplayError::Scenario(format!("--capacity must be > 0, got {}", opts.capacity)));
+    }
+    if !(opts.slo.is_finite() && opts.slo >= 0.0) {
+        return Err(ReplayError::Scenario(format!("--slo must be ≥ 0, got {}", opts.slo)));
+    }
+    if opts.interval == 0 {
+        return Err(ReplayError::Scenario("--interval must be ≥ 1".into()));
+    }
+    let sc = scenario_defaults(
+        trace,
+        opts.capacity,
+        opts.warmup,
+        opts.slo,
+        opts.interval,
+        opts.min_replicas,
+        opts.max_replicas,
+        opts.initial_replicas,
+    );
+    if sc.max_replicas < sc.min_replicas {
+        return Err(ReplayError::Scenario(format!(
+            "--max-replicas {} is below --min-replicas {}",
+            sc.max_replicas, sc.min_replicas
+        )));
+    }
+    let oracle = OraclePolicy::new(trace, &sc);
+    let oracle_rs = oracle_replica_seconds(oracle.plan(), sc.interval, sc.warmup, trace.len() as u64);
+    let which: Vec<Which> = match opts.policy {
+        Which::All => vec![Which::Prescale, Which::Reactive, Which::Oracle],
+        w => vec![w],
+    };
+    let mut results = Vec::new();
+    let mut rows = Vec::new();
+    for w in which {
+        let mut policy: Box<dyn Policy> = match w {
+            Which::Prescale => Box::new(PrescalePolicy::new(&sc)?),
+            Which::Reactive => Box::new(ReactivePolicy::new(&sc)),
+            _ => Box::new(OraclePolicy::new(trace, &sc)),
+        };
+        let started = Instant::now();
+        let bar = opts.progress.then(|| progress_bar(policy.name()));
+        let mut tick = |s: u64, total: u64| {
+            if let Some(b) = &bar {
+                if started.elapsed() > Duration::from_secs(1) && b.is_hidden() {
+                    b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                }
+                b.set_length(total);
+                b.set_position(s);
+            }
+        };
+        let res = simulate(trace, &sc, policy.as_mut(), Some(&mut tick));
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        let s = &res.score;
+        // The oracle's cost is REPLAY.md's formula, not its simulation.
+        let rs = if w == Which::Oracle { oracle_rs } else { s.replica_seconds };
+        rows.push(PolicyRow {
+            policy: res.policy.clone(),
+            slo_attainment: s.slo_attainment,
+            replica_seconds: rs,
+            gpu_hours: rs / 3600.0,
+            cost_vs_oracle: if oracle_rs > 0.0 { rs / oracle_rs } else { f64::NAN },
+            p50_delay_s: s.p50_delay_s,
+            p99_delay_s: s.p99_delay_s,
+            replica_starts: s.replica_starts,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        });
+        results.push(res);
+    }
+    let primary = &rows[0];
+    let summary = Summary {
+        trace: name.to_string(),
+        trace_seconds: trace.len() as u64,
+        scenario: sc,
+        policy: primary.policy.clone(),
+        slo_attainment: primary.slo_attainment,
+        replica_seconds: primary.replica_seconds,
+        p50_delay_s: primary.p50_delay_s,
+        p99_delay_s: primary.p99_delay_s,
+        replica_starts: primary.replica_starts,
+        oracle_replica_seconds: oracle_rs,
+        policies: rows,
+    };
+    Ok(Replayed { summary, results })
+}
+
+fn progress_bar(name: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::hidden());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix:>9} [{bar:40}] {percent:>3}% {msg}") {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b.set_prefix(name.to_string());
+    b
+}
+
+/// The scorecard as a text table.
+pub fn scorecard(s: &Summary) -> String {
+    let mut out = format!(
+        "trace {} ({:.1} h) · capacity {} req/s · warm-up {} s · SLO {} s · interval {} s · replicas {}..{} (initial {})\n",
+        s.trace,
+        s.trace_seconds as f64 / 3600.0,
+        s.scenario.capacity,
+        s.scenario.warmup,
+        s.scenario.slo,
+        s.scenario.interval,
+        s.scenario.min_replicas,
+        s.scenario.max_replicas,
+        s.scenario.initial_replicas
+    );
+    out.push_str(&format!(
+        "{:<10} {:>9} {:>11} {:>9} {:>9} {:>9} {:>9}\n",
+        "policy", "SLO att.", "GPU-hours", "vs oracle", "p50 s", "p99 s", "starts"
+    ));
+    let fmt_delay = |d: f64| if d.is_finite() { format!("{d:.0}") } else { "∞".into() };
+    for r in &s.policies {
+        out.push_str(&format!(
+            "{:<10} {:>8.3}% {:>11.1} {:>8.2}× {:>9} {:>9} {:>9}\n",
+            r.policy,
+            r.slo_attainment * 100.0,
+            r.gpu_hours,
+            r.cost_vs_oracle,
+            fmt_delay(r.p50_delay_s),
+            fmt_delay(r.p99_delay_s),
+            r.replica_starts
+        ));
+    }
+    out.push_str(&format!("oracle GPU-hours (REPLAY.md formula): {:.1}\n", s.oracle_replica_seconds / 3600.0));
+    out
+}
+
+/// Write the plan CSV (primary policy), the summary JSON and the chart, as asked.
+pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayError> {
+    let write = |p: &PathBuf, text: &str| {
+        std::fs::write(p, text).map_err(|source| ReplayError::Write { path: p.display().to_string(), source })
+    };
+    if let Some(p) = &opts.plan_out {
+        write(p, &plan_csv(&r.results[0].plan))?;
+    }
+    if let Some(p) = &opts.summary_out {
+        let json = serde_json::to_string_pretty(&r.summary).map_err(|e| ReplayError::Chart(e.to_string()))?;
+        write(p, &json)?;
+    }
+    if let Some(p) = &opts.chart {
+        chart::draw(p, &r.summary, &r.results).map_err(ReplayError::Chart)?;
+    }
+    Ok(())
+}
+
+/// Parse a trace file's text.
+pub fn load_trace(text: &str) -> Result<Trace, ReplayError> {
+    Ok(parse_trace(text)?)
+}

@@ -1,0 +1,149 @@
+//! Pull a demand history from a real Prometheus (`/api/v1/query_range`, in chunks
+//! under its 11,000-points-per-series limit) and turn it into a rate-series trace.
+
+use std::time::Duration;
+
+use prescale_forecaster::trace::try_trace_from_rates;
+use prescale_forecaster::Trace;
+
+/// Prometheus refuses more than 11,000 points per series; stay well under.
+pub const MAX_POINTS_PER_QUERY: u64 = 10_000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeQuery {
+    pub server: String,
+    pub query: String,
+    /// Unix seconds.
+    pub start: i64,
+    pub end: i64,
+    pub step_s: u64,
+}
+
+/// A point in time: unix seconds, RFC 3339, `now`, or `now-<duration>` (`now-7d`).
+pub fn parse_time(s: &str, now: i64) -> Result<i64, String> {
+    let s = s.trim();
+    if s == "now" {
+        return Ok(now);
+    }
+    if let Some(rest) = s.strip_prefix("now-") {
+        let d = humantime::parse_duration(rest).map_err(|e| format!("{s}: {e}"))?;
+        return Ok(now - d.as_secs() as i64);
+    }
+    if let Ok(n) = s.parse::<f64>() {
+        if n.is_finite() {
+            return Ok(n as i64);
+        }
+    }
+    humantime::parse_rfc3339_weak(s)
+        .map(|t| t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0))
+        .map_err(|e| format!("{s}: not a time (unix seconds, RFC 3339, now, now-7d): {e}"))
+}
+
+/// The chunks `[start, end]` of at most MAX_POINTS_PER_QUERY points each, aligned on step.
+pub fn chunks(start: i64, end: i64, step: u64) -> Vec<(i64, i64)> {
+    let step = step.max(1) as i64;
+    let span = (MAX_POINTS_PER_QUERY as i64 - 1) * step;
+    let mut out = Vec::new();
+    let mut s = start;
+    while s <= end {
+        let e = (s + span).min(end);
+        out.push((s, e));
+        s = e + step;
+    }
+    out
+}
+
+/// Fetch the range and build a trace of `step`-wide windows. Gaps (no sample for a
+/// step) are filled with the previous value and counted; a non-finite or negative
+/// value is an error.
+pub async fn fetch(client: &reqwest::Client, q: &RangeQuery) -> Result<(Trace, usize), String> {
+    if q.end <= q.start {
+        return Err(format!("--end ({}) must be after --start ({})", q.end, q.start));
+    }
+    let step = q.step_s.max(1);
+    let n = ((q.end - q.start) as u64 / step) as usize + 1;
+    let mut values: Vec<Option<f64>> = vec![None; n];
+    for (s, e) in chunks(q.start, q.end, step) {
+        let url = format!("{}/api/v1/query_range", q.server.trim_end_matches('/'));
+        let resp = client
+            .get(&url)
+            .query(&[
+                ("query", q.query.as_str()),
+                ("start", &s.to_string()),
+                ("end", &e.to_string()),
+                ("step", &step.to_string()),
+            ])
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|e| crate::redact::redact_text(&e.without_url().to_string()))?;
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await.map_err(|e| e.without_url().to_string())?;
+        if !status.is_success() || body["status"] != "success" {
+            return Err(format!("Prometheus answered {status}: {}", body["error"].as_str().unwrap_or("no error text")));
+        }
+        let result = body["data"]["result"].as_array().ok_or("no data.result in the answer")?;
+        match result.len() {
+            0 => continue,
+            1 => {}
+            k => return Err(format!("the query returned {k} series; it must return one (wrap it in sum(...))")),
+        }
+        for v in result[0]["values"].as_array().into_iter().flatten() {
+            let t = v[0].as_f64().ok_or("sample without a timestamp")? as i64;
+            let x: f64 = v[1].as_str().and_then(|s| s.parse().ok()).ok_or("sample value is not a number")?;
+            if !x.is_finite() || x < 0.0 {
+                return Err(format!("sample at {t} is {x}: demand must be a finite rate ≥ 0"));
+            }
+            let i = ((t - q.start) / step as i64) as usize;
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(x);
+            }
+        }
+    }
+    let first = values.iter().position(Option::is_some).ok_or("the query returned no samples in the range")?;
+    let mut gaps = 0;
+    let mut last = 0.0;
+    let rates: Vec<f64> = values[first..]
+        .iter()
+        .map(|v| match v {
+            Some(x) => {
+                last = *x;
+                *x
+            }
+            None => {
+                gaps += 1;
+                last
+            }
+        })
+        .collect();
+    let trace = try_trace_from_rates(step, &rates).map_err(|e| e.to_string())?;
+    Ok((trace, gaps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_range_under_the_point_limit() {
+        let c = chunks(0, 1_000_000, 15);
+        assert_eq!(c.first().unwrap().0, 0);
+        assert_eq!(c.last().unwrap().1, 1_000_000);
+        for w in c.windows(2) {
+            assert_eq!(w[1].0, w[0].1 + 15, "contiguous, no overlap");
+        }
+        for (s, e) in &c {
+            assert!((e - s) / 15 + 1 <= MAX_POINTS_PER_QUERY as i64);
+        }
+        assert_eq!(chunks(10, 10, 15), vec![(10, 10)]);
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time("now", 1000).unwrap(), 1000);
+        assert_eq!(parse_time("now-1h", 10_000).unwrap(), 6400);
+        assert_eq!(parse_time("1700000000", 0).unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("2023-11-14T22:13:20Z", 0).unwrap(), 1_700_000_000);
+        assert!(parse_time("yesterday", 0).is_err());
+    }
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: install and start every service the tests need (if missing),
+# then run every test of the workspace against them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/services.sh)"
+cargo test --workspace --locked

@@ -1,0 +1,199 @@
+//! `prescale replay` end to end: a trace file with every output, and a real Prometheus
+//! whose history was backfilled with `promtool tsdb create-blocks-from openmetrics`.
+
+use std::process::Command;
+
+use crate::harness::*;
+
+fn prescale(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_prescale")).args(args).output().expect("run prescale");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A bursty request log: quiet, a burst, quiet, a second burst (Azure format).
+fn request_log() -> String {
+    let mut s = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    let mut t = 0u32;
+    let push = |sec: u32, n: u32, s: &mut String| {
+        for i in 0..n {
+            s.push_str(&format!("2023-11-16 18:{:02}:{:02}.{:07},100,20\n", sec / 60, sec % 60, i * 997 % 10_000_000));
+        }
+    };
+    while t < 3000 {
+        let n = if (600..900).contains(&t) || (2000..2100).contains(&t) { 3 } else { u32::from(t % 7 == 0) };
+        push(t, n, &mut s);
+        t += 1;
+    }
+    s
+}
+
+#[test]
+fn replay_a_trace_file_writes_plan_summary_and_chart() {
+    let dir = std::env::temp_dir().join(unique("prescale-replay"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.csv");
+    std::fs::write(&trace, request_log()).unwrap();
+    let (plan, summary, chart) = (dir.join("plan.csv"), dir.join("summary.json"), dir.join("chart.svg"));
+    let (ok, out, err) = prescale(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--capacity",
+        "0.5",
+        "--warmup",
+        "60",
+        "--slo",
+        "5",
+        "--plan-out",
+        plan.to_str().unwrap(),
+        "--summary-out",
+        summary.to_str().unwrap(),
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    for p in ["prescale", "reactive", "oracle"] {
+        assert!(out.lines().any(|l| l.starts_with(p)), "scorecard row for {p}:\n{out}");
+    }
+    // Summary: REPLAY.md's keys.
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    for k in ["slo_attainment", "replica_seconds", "p50_delay_s", "p99_delay_s", "replica_starts", "oracle_replica_seconds"] {
+        assert!(s.get(k).is_some(), "summary lacks {k}: {s}");
+    }
+    let att = s["slo_attainment"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&att));
+    assert_eq!(s["policies"].as_array().unwrap().len(), 3);
+    // Plan CSV: header, one row per decision time from 0 in steps of 15.
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("t_s,desired"));
+    let rows: Vec<(u64, u32)> = lines
+        .map(|l| {
+            let (t, d) = l.split_once(',').unwrap();
+            (t.parse().unwrap(), d.parse().unwrap())
+        })
+        .collect();
+    let t_len = s["trace_seconds"].as_u64().unwrap();
+    assert_eq!(rows.len() as u64, t_len.div_ceil(15));
+    assert!(rows.iter().enumerate().all(|(i, (t, _))| *t == i as u64 * 15));
+    // An outside scorer re-scoring the written plan gets the summary's numbers.
+    let tr = prescale_forecaster::parse_trace(&request_log()).unwrap();
+    let sc: prescale_forecaster::Scenario = serde_json::from_value(s["scenario"].clone()).unwrap();
+    let plan = prescale_forecaster::parse_plan_csv(&text).unwrap();
+    let rescored = prescale_forecaster::score_plan(&tr, &sc, &plan).unwrap();
+    assert!((rescored.score.slo_attainment - att).abs() < 1e-12, "{} vs {att}", rescored.score.slo_attainment);
+    assert_eq!(rescored.score.replica_seconds, s["replica_seconds"].as_f64().unwrap());
+    // Chart: an SVG with one panel per policy.
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.starts_with("<svg") || svg.contains("<svg"), "not an SVG");
+    for p in ["prescale —", "reactive —", "oracle —"] {
+        assert!(svg.contains(p), "chart lacks the {p} panel");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn replay_rejects_bad_input_clearly() {
+    let dir = std::env::temp_dir().join(unique("prescale-replay-bad"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.csv");
+    std::fs::write(&f, "window_start_s,rate_rps\n0,1.0\n600,abc\n").unwrap();
+    let (ok, _, err) = prescale(&["replay", "--trace", f.to_str().unwrap(), "--capacity", "1", "--slo", "5"]);
+    assert!(!ok);
+    assert!(err.contains("line 3"), "names the line: {err}");
+    let (ok, _, err) = prescale(&["replay", "--trace", f.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("--capacity"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn replay_from_a_backfilled_prometheus_matches_the_same_csv() {
+    if service("PRESCALE_TEST_PROM").is_none() {
+        return; // services.sh installs Prometheus (and promtool); skip without it.
+    }
+    let dir = std::env::temp_dir().join(unique("prescale-backfill"));
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    // 16 h of a 5-s demand series ending 2 h ago: 11,520 points, more than one
+    // Prometheus range query may return, so the replay must chunk.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let end = (now - 2 * 3600) / 5 * 5;
+    let n = 16 * 720;
+    let start = end - (n as i64 - 1) * 5;
+    let rate = |i: usize| {
+        let h = i as f64 * 5.0 / 3600.0;
+        let base = 3.0 + 2.0 * (h * std::f64::consts::PI / 8.0).sin().abs();
+        let burst = if i % 900 < 60 { 4.0 } else { 0.0 };
+        ((base + burst) * 1000.0).round() / 1000.0
+    };
+    let mut om = String::from("# HELP prescale_demand_rps Demand.\n# TYPE prescale_demand_rps gauge\n");
+    let mut csv = String::from("window_start_s,rate_rps\n");
+    for i in 0..n {
+        om.push_str(&format!("prescale_demand_rps {} {}\n", rate(i), start + i as i64 * 5));
+        csv.push_str(&format!("{},{}\n", i * 5, rate(i)));
+    }
+    om.push_str("# EOF\n");
+    std::fs::write(dir.join("demand.om"), om).unwrap();
+    std::fs::write(dir.join("demand.csv"), &csv).unwrap();
+    let st = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(dir.join("demand.om"))
+        .arg(dir.join("data"))
+        .output()
+        .expect("promtool");
+    assert!(st.status.success(), "promtool: {}", String::from_utf8_lossy(&st.stderr));
+
+    // A Prometheus of its own over the backfilled blocks.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(dir.join("prometheus.yml"), "global:\n  scrape_interval: 1m\n").unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let url = format!("http://127.0.0.1:{port}");
+    eventually(60, "backfilled Prometheus ready with data", || {
+        let url = url.clone();
+        async move {
+            let v: serde_json::Value = reqwest::get(format!("{url}/api/v1/query?query=count_over_time(prescale_demand_rps[1d])"))
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (v["data"]["result"].as_array()?.len() == 1).then_some(())
+        }
+    })
+    .await;
+
+    let common = ["--capacity", "1", "--warmup", "60", "--slo", "5", "--policy", "all"];
+    let s_prom = dir.join("prom.json");
+    let (s, e) = (start.to_string(), end.to_string());
+    let mut args = vec!["replay", "--prometheus", &url, "--query", "prescale_demand_rps", "--start", &s, "--end", &e, "--step", "5s"];
+    args.extend(common);
+    args.extend(["--summary-out", s_prom.to_str().unwrap()]);
+    let (ok, out, err) = prescale(&args);
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert!(ok, "{out}\n{err}");
+    let s_csv = dir.join("csv.json");
+    let csv_path = dir.join("demand.csv");
+    let mut args = vec!["replay", "--trace", csv_path.to_str().unwrap()];
+    args.extend(common);
+    args.extend(["--summary-out", s_csv.to_str().unwrap()]);
+    let (ok, out2, err2) = prescale(&args);
+    assert!(ok, "{out2}\n{err2}");
+    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&s_prom).unwrap()).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&s_csv).unwrap()).unwrap();
+    assert_eq!(a["trace_seconds"], b["trace_seconds"], "same length");
+    assert_eq!(a["policies"].as_array().unwrap().len(), 3);
+    for (pa, pb) in a["policies"].as_array().unwrap().iter().zip(b["policies"].as_array().unwrap()) {
+        for k in ["slo_attainment", "replica_seconds", "replica_starts"] {
+            assert_eq!(pa[k], pb[k], "{} {k}: Prometheus {} vs CSV {}", pa["policy"], pa[k], pb[k]);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
