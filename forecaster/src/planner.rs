@@ -350,7 +350,8 @@ const CF_WAKES: [f64; 6] = [0.05, 0.15, 0.3, 0.5, 0.8, f64::INFINITY];
 /// Candidate standing levels, multiples of the slow mean rate (bursty traffic whose bursts
 /// are shorter than W can only be served by capacity that is already there).
 const CF_LEVELS: [f64; 8] = [0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
-const CF_N: usize = CF_QS.len() * CF_WAKES.len() * CF_LEVELS.len();
+/// Forecast-margin candidates (every q × wake pair), then one per standing level > 0.
+const CF_N: usize = CF_QS.len() * CF_WAKES.len() + CF_LEVELS.len() - 1;
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
 const CF_ORDERS_CAP: usize = 160;
 /// Half-life of the counterfactual evidence, seconds.
@@ -387,9 +388,21 @@ struct Cand {
 
 impl Cand {
     fn from_index(i: usize) -> Cand {
-        let nl = CF_LEVELS.len();
         let nw = CF_WAKES.len();
-        Cand { q: i / (nw * nl), wake: (i / nl) % nw, level: i % nl }
+        let nf = CF_QS.len() * nw;
+        if i < nf {
+            Cand {
+                q: i / nw,
+                wake: i % nw,
+                level: 0,
+            }
+        } else {
+            Cand {
+                q: 0,
+                wake: 0,
+                level: (i - nf + 1).min(CF_LEVELS.len() - 1),
+            }
+        }
     }
 }
 
@@ -1140,7 +1153,7 @@ impl Planner {
         if std::env::var_os("PRESCALE_DUMP").is_some() && (t as u64) % 1200 == 0 {
             for i in 0..CF_N {
                 let c = Cand::from_index(i);
-                if c.wake == 3 && (c.q == 0 || c.q == 3 || c.q == 6) {
+                if c.level > 0 || c.wake == 3 {
                     eprintln!("dump t={t} {c:?} cost={:.0} late={:.1}", self.cf.cost[i], self.cf.late[i]);
                 }
             }
@@ -1169,6 +1182,11 @@ impl Planner {
             // Never shed the fleet before there is data to judge it by.
             desired = self.replicas_for(d).max(n);
             reason = Reason::Learning { demand: fc.current };
+            // The fleet we were handed is, for all we know, needed: it enters the scale-in
+            // hold like any other need (released only after W without a larger one).
+            if self.recent_need.len() < NEED_CAP {
+                self.recent_need.push_back((t, desired));
+            }
         } else {
             let need_fc = self.replicas_for(fc.upper);
             let raw = self.replicas_for(fc.upper + drain);

@@ -125,3 +125,75 @@ async fn http_endpoints_and_graceful_sigterm() {
     let log = srv.log.lock().unwrap().join("\n");
     assert!(log.contains("shutting down") && log.contains("stopped"), "{log}");
 }
+
+#[tokio::test]
+async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
+    let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
+    let queue = unique("q-shadow");
+    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    for _ in 0..30 {
+        ch.basic_publish("".into(), queue.as_str().into(), BasicPublishOptions::default(), b"x", BasicProperties::default())
+            .await
+            .unwrap();
+    }
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let shadow = sref(
+        "ml",
+        "shadow",
+        &[
+            ("rabbitmqHost", &amqp),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "10"),
+            ("sampleSeconds", "1"),
+            ("mode", "shadow"),
+            ("warmupSeconds", "120"),
+        ],
+    );
+    // Shadow: KEDA gets the reactive answer, ceil(30/10) = 3.
+    eventually(15, "shadow answers reactively", || {
+        let (mut c, so) = (c.clone(), shadow.clone());
+        async move { (metric(&mut c, &so).await.ok() == Some(3)).then_some(()) }
+    })
+    .await;
+    let predictive = sref(
+        "ml",
+        "predictive",
+        &[
+            ("rabbitmqHost", &amqp),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "10"),
+            ("sampleSeconds", "1"),
+            ("warmupSeconds", "120"),
+        ],
+    );
+    let v = eventually(15, "predictive answers", || {
+        let (mut c, so) = (c.clone(), predictive.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    assert!(v >= 3, "the planner never plans below the current demand of 3 replica-equivalents: {v}");
+    assert!(active(&mut c, &predictive).await.unwrap());
+
+    let (_, d) = srv.get("/debug/scalers").await;
+    let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+    let find = |name: &str| {
+        v["scaledObjects"].as_array().unwrap().iter().find(|s| s["scaledObject"] == format!("ml/{name}")).cloned().unwrap()
+    };
+    let sh = find("shadow");
+    assert!(sh["snapshot"]["reason"].as_str().unwrap().starts_with("shadow:"), "{sh}");
+    assert!(sh["snapshot"]["planner"]["desired"].is_u64(), "shadow exposes what the planner would do: {sh}");
+    assert_eq!(sh["snapshot"]["reactiveReplicas"], 3);
+    let pr = find("predictive");
+    assert!(pr["snapshot"]["reason"].as_str().unwrap().starts_with("planner:"), "{pr}");
+    assert_eq!(pr["snapshot"]["planner"]["warmupPlannedSeconds"], 120.0);
+    assert!(pr["snapshot"]["planner"]["forecast"].is_object(), "{pr}");
+    // The per-ScaledObject page carries the planner's history.
+    let (code, one) = srv.get("/debug/scalers/ml/predictive").await;
+    assert_eq!(code, 200);
+    let one: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert!(one["triggers"][0]["planner"].is_object(), "{one}");
+    assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
+}

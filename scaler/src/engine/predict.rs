@@ -71,7 +71,14 @@ impl Predictor {
             self.planner.observe(t_s, dt, demand * dt, 0.0);
             self.last_t = Some(t_s);
         }
-        let d = self.planner.plan(t_s, self.last_desired, 0);
+        let mut d = self.planner.plan(t_s, self.last_desired, 0);
+        // Invariant: never plan below what the demand needs right now (a forecast may
+        // only add capacity ahead of time, never take away what is needed now).
+        let floor = super::plan::ceil_replicas(demand).min(self.planner.config().max_replicas);
+        if d.desired < floor {
+            d.reason = prescale_forecaster::Reason::Bound { limit: floor };
+            d.desired = floor;
+        }
         self.last_desired = d.desired;
         d
     }
@@ -179,6 +186,18 @@ mod tests {
         }
         let d = d.unwrap();
         assert!(d.desired >= 1, "wake before the predicted arrival (reason: {})", d.reason);
+    }
+
+    #[test]
+    fn never_below_current_demand() {
+        let mut p = Predictor::new(&settings(true, 300.0), 300.0, 5.0).unwrap();
+        let mut t = T0;
+        for i in 0..500 {
+            let demand = if i % 50 < 5 { 9.3 } else { 0.5 };
+            let d = p.step(t, demand);
+            assert!(d.desired >= super::super::plan::ceil_replicas(demand), "tick {i}: {} < {demand}", d.desired);
+            t += 5.0;
+        }
     }
 
     #[test]
