@@ -4,6 +4,8 @@
 #   RabbitMQ (Debian rabbitmq-server, management plugin on)  127.0.0.1:5672 / :15672
 #   Prometheus (Debian prometheus) on 127.0.0.1:19090, scraping the fixture exporters
 #   that the tests start on 127.0.0.1:19101-19104 every second.
+#   moto_server (PyPI moto[server], SQS-compatible) on 127.0.0.1:19566
+# Kafka needs no service: the tests use librdkafka's in-process mock cluster.
 # Usage: eval "$(scripts/services.sh)"
 set -euo pipefail
 log() { echo "services: $*" >&2; }
@@ -42,6 +44,21 @@ if ! curl -sf -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null 2>&1
   wait_for "rabbitmq management API" 60 curl -sf -u guest:guest http://127.0.0.1:15672/api/overview
 fi
 
+# --- moto (SQS-compatible server, PyPI) -------------------------------------
+VENV=${PRESCALE_VENV:-$HOME/.cache/prescale/venv}
+if [ ! -x "$VENV/bin/moto_server" ]; then
+  log "installing moto[server] into $VENV"
+  python3 -m venv "$VENV" >&2
+  "$VENV/bin/pip" install -q 'moto[server]>=5,<6' >&2
+fi
+MOTO_PORT=19566
+if ! curl -sf http://127.0.0.1:$MOTO_PORT/moto-api/ >/dev/null 2>&1; then
+  log "starting moto_server on :$MOTO_PORT"
+  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p $MOTO_PORT >"$STATE/moto.log" 2>&1 &
+  echo $! > "$STATE/moto.pid"
+  wait_for "moto_server" 60 curl -sf http://127.0.0.1:$MOTO_PORT/moto-api/
+fi
+
 # --- Prometheus -----------------------------------------------------------
 need_pkg prometheus prometheus --no-install-recommends
 PROM_PORT=19090
@@ -67,4 +84,5 @@ fi
 echo "export PRESCALE_TEST_AMQP='amqp://guest:guest@127.0.0.1:5672/%2f'"
 echo "export PRESCALE_TEST_RABBIT_HTTP='http://guest:guest@127.0.0.1:15672'"
 echo "export PRESCALE_TEST_PROM='http://127.0.0.1:$PROM_PORT'"
+echo "export PRESCALE_TEST_SQS='http://127.0.0.1:$MOTO_PORT'"
 echo "export PRESCALE_REQUIRE_SERVICES=1"

@@ -3,5 +3,6 @@
 # then run every test of the workspace against them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 eval "$(scripts/services.sh)"
 cargo test --workspace --locked

@@ -346,16 +346,27 @@ impl GridDetector {
 /// Candidate upper quantiles of the forecast-error ratio.
 const CF_QS: [f64; 8] = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995];
 /// Candidate wake thresholds on P(arrival within W + I) (∞ = never wake ahead).
-const CF_WAKES: [f64; 6] = [0.05, 0.15, 0.3, 0.5, 0.8, f64::INFINITY];
+const CF_WAKES: [f64; 11] = [0.05, 0.15, 0.3, 0.5, 0.8, 0.05, 0.15, 0.3, 0.5, 0.8, f64::INFINITY];
+/// Wake candidates from this index on wake with the high (q0.9) first-interval demand, the
+/// others with the median one.
+const CF_WAKE_HI_FROM: usize = 5;
 /// Candidate standing levels, multiples of the slow mean rate (bursty traffic whose bursts
 /// are shorter than W can only be served by capacity that is already there).
 const CF_LEVELS: [f64; 8] = [0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
 /// Forecast-margin candidates (every q × wake pair), then one per standing level > 0.
-const CF_N: usize = CF_QS.len() * CF_WAKES.len() + CF_LEVELS.len() - 1;
+/// Candidate standing levels from a decaying peak of the effective demand: (share of the
+/// peak, half-life index into `PEAK_HALF_LIVES_S`) — Autopilot's peak recommender.
+const CF_PEAKS: [(f64, usize); 6] = [(0.5, 0), (0.75, 0), (1.0, 0), (0.5, 1), (0.75, 1), (1.0, 1)];
+const PEAK_HALF_LIVES_S: [f64; 2] = [900.0, 3600.0];
+const CF_N: usize = CF_QS.len() * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len();
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
 const CF_ORDERS_CAP: usize = 160;
 /// Half-life of the counterfactual evidence, seconds.
 const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
+/// Exponent of the budget feedback per decision.
+const BUDGET_GAIN_RATE: f64 = 0.05;
+/// A backlog is drained over max(SLO, this share of W) once drain capacity is ready.
+const DRAIN_W_SHARE: f64 = 0.1;
 /// Time constant of the slow mean rate behind the standing levels, seconds.
 const LEVEL_TAU_S: f64 = 1800.0;
 /// Price of one request served late, in seconds of one replica's service time (1/μ): the
@@ -376,7 +387,12 @@ struct OrderSnap {
     mix: [f64; CF_QS.len()],
     p_arrival: f64,
     wake_rate: f64,
+    wake_rate_lo: f64,
     level: f64,
+    /// Arrival rate over the last minute.
+    rate: f64,
+    /// Decaying peaks of the effective demand, per half-life.
+    peak: [f64; 2],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -391,17 +407,9 @@ impl Cand {
         let nw = CF_WAKES.len();
         let nf = CF_QS.len() * nw;
         if i < nf {
-            Cand {
-                q: i / nw,
-                wake: i % nw,
-                level: 0,
-            }
+            Cand { q: i / nw, wake: i % nw, level: 0 }
         } else {
-            Cand {
-                q: 0,
-                wake: 0,
-                level: (i - nf + 1).min(CF_LEVELS.len() - 1),
-            }
+            Cand { q: 0, wake: 0, level: (i - nf + 1).min(CF_LEVELS.len() - 1 + CF_PEAKS.len()) }
         }
     }
 }
@@ -411,13 +419,18 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
     if c.level > 0 && s.regime != Regime::GridSteady {
         // A standing level replaces the forecast: chasing bursts shorter than W only pays
         // warm-ups for capacity that arrives after the burst.
-        return CF_LEVELS[c.level] * s.level;
+        if c.level < CF_LEVELS.len() {
+            return CF_LEVELS[c.level] * s.level;
+        }
+        let (k, h) = CF_PEAKS[c.level - CF_LEVELS.len()];
+        return k * s.peak[h];
     }
     let u = match s.regime {
         Regime::GridSteady => return s.current,
         Regime::Idle => {
             if s.p_arrival >= CF_WAKES[c.wake] {
-                s.point.max(s.wake_rate)
+                let wake = if c.wake >= CF_WAKE_HI_FROM { s.wake_rate } else { s.wake_rate_lo };
+                s.point.max(wake)
             } else {
                 0.0
             }
@@ -430,80 +443,108 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
 }
 
 /// Counterfactual replay of every candidate margin: each candidate's fleet follows the
-/// orders it would have placed (ready W later), its own fluid queue is fed the real
-/// arrivals, and its replica-seconds and late mass are accumulated with exponential decay.
-/// The planner then follows the candidate with the lowest cost + price × late mass, i.e. it
-/// learns its safety margin from the misses it would have had (Autopilot's recommender).
+/// orders it would have placed, with the fleet rules of the real one (a replica ordered at
+/// `d` serves from `d + W`, is paid from `d`, and a smaller order removes replicas at once,
+/// warming ones first); its own fluid queue is fed the real arrivals, and its replica-seconds
+/// and late mass are accumulated with exponential decay. The planner then follows the
+/// candidate with the lowest cost + price × late mass, i.e. it learns its safety margin from
+/// the misses it would have had (Autopilot's recommender).
 #[derive(Debug, Clone)]
 struct Counterfactual {
-    orders: VecDeque<OrderSnap>,
-    active: Option<OrderSnap>,
-    cap: Vec<f64>,
+    /// Orders not yet ready: time and each candidate's replica count, clipped by later
+    /// smaller orders (replicas removed while warming never become ready).
+    orders: VecDeque<(f64, [u32; CF_N])>,
+    /// Replicas paid (the newest order) and ready, per candidate.
     reps: Vec<u32>,
+    ready: Vec<u32>,
     backlog: Vec<f64>,
     late: Vec<f64>,
     cost: Vec<f64>,
     seen_s: f64,
+    started: bool,
 }
 
 impl Counterfactual {
     fn new() -> Self {
         Counterfactual {
             orders: VecDeque::with_capacity(CF_ORDERS_CAP),
-            active: None,
-            cap: vec![0.0; CF_N],
             reps: vec![0; CF_N],
+            ready: vec![0; CF_N],
             backlog: vec![0.0; CF_N],
             late: vec![0.0; CF_N],
             cost: vec![0.0; CF_N],
             seen_s: 0.0,
+            started: false,
         }
     }
 
-    fn push(&mut self, s: OrderSnap, min_spacing: f64) {
+    /// Place every candidate's order for decision snapshot `s`.
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, s: &OrderSnap, min_spacing: f64, w: f64, mu: f64, slo: f64, eps: f64, max_r: f64, n0: u32) {
+        if !self.started {
+            // Every candidate starts from the fleet the planner was handed.
+            self.started = true;
+            self.reps.iter_mut().for_each(|r| *r = n0);
+            self.ready.iter_mut().for_each(|r| *r = n0);
+        }
         if let Some(b) = self.orders.back() {
-            if s.t < b.t + min_spacing - 1e-9 {
+            if s.t < b.0 + min_spacing - 1e-9 {
                 return;
             }
         }
-        if self.orders.len() == CF_ORDERS_CAP {
-            self.orders.pop_front();
+        let drain_s = slo.max(DRAIN_W_SHARE * w).max(1.0);
+        let mut ord = [0u32; CF_N];
+        for (i, o) in ord.iter_mut().enumerate() {
+            // As the real planner does: drain the backlog the candidate will have when this
+            // order is ready (today's plus its shortfall over W).
+            let b = self.backlog[i];
+            let proj = if b > 0.0 { b + (s.rate - self.ready[i] as f64 * mu).max(0.0) * w } else { 0.0 };
+            let u = cand_upper(s, Cand::from_index(i), eps) + proj / drain_s;
+            let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
+            *o = r;
+            self.reps[i] = r;
+            // Fewer than ready: ready replicas are removed at once.
+            if r < self.ready[i] {
+                self.ready[i] = r;
+            }
         }
-        self.orders.push_back(s);
+        // A smaller order removes replicas still warming.
+        for (_, pend) in self.orders.iter_mut() {
+            for i in 0..CF_N {
+                if ord[i] < pend[i] {
+                    pend[i] = ord[i];
+                }
+            }
+        }
+        if self.orders.len() == CF_ORDERS_CAP {
+            // Out of room (very long W): the oldest order is made ready early.
+            if let Some((_, o)) = self.orders.pop_front() {
+                for i in 0..CF_N {
+                    self.ready[i] = self.ready[i].max(o[i]);
+                }
+            }
+        }
+        self.orders.push_back((s.t, ord));
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn observe(&mut self, t0: f64, dt: f64, mass: f64, w: f64, mu: f64, slo: f64, eps: f64, max_r: f64) {
-        // The newest order placed at or before t0 − W is the one in force.
-        let mut changed = None;
-        while let Some(o) = self.orders.front() {
-            if o.t + w <= t0 + 1e-9 {
-                changed = self.orders.pop_front();
+    fn observe(&mut self, t0: f64, dt: f64, mass: f64, w: f64, mu: f64, slo: f64) {
+        if !self.started {
+            return;
+        }
+        while let Some(&(t, r)) = self.orders.front() {
+            if t + w <= t0 + 1e-9 {
+                self.orders.pop_front();
+                for i in 0..CF_N {
+                    self.ready[i] = self.ready[i].max(r[i]).min(self.reps[i]);
+                }
             } else {
                 break;
             }
         }
-        if let Some(o) = changed {
-            let drain_s = slo.max(0.5 * w).max(1.0);
-            for i in 0..CF_N {
-                // The candidate also drains its own backlog, as the real planner does.
-                let u = cand_upper(&o, Cand::from_index(i), eps) + self.backlog[i] / drain_s;
-                let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
-                if r > self.reps[i] && self.active.is_some() {
-                    self.cost[i] += w * (r - self.reps[i]) as f64;
-                }
-                self.reps[i] = r;
-                self.cap[i] = r as f64 * mu;
-            }
-            self.active = Some(o);
-        }
-        if self.active.is_none() {
-            return;
-        }
         self.seen_s += dt;
         let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
         for i in 0..CF_N {
-            let c = self.cap[i];
+            let c = self.ready[i] as f64 * mu;
             let b = (self.backlog[i] + mass - c * dt).max(0.0);
             self.backlog[i] = b;
             let late = if b > c * slo + 1e-9 { mass } else { 0.0 };
@@ -512,21 +553,32 @@ impl Counterfactual {
         }
     }
 
-    /// The candidate with the lowest cost + `price` × late mass (ties: the larger margin).
-    /// Ties go to the smaller margin; the incumbent `cur` is kept unless another candidate
-    /// is better by more than 2 % (switching margins churns the fleet).
-    fn best(&self, price: f64, cur: Option<usize>) -> usize {
-        let mut best = 0;
+    /// The candidate with the lowest cost + `price` × late mass among those whose cost is
+    /// within `budget` (the cheapest if none is); ties go to the smaller margin; the
+    /// incumbent `cur` is kept unless another is better by more than 2 % (switching margins
+    /// churns the fleet).
+    fn best(&self, price: f64, cur: Option<usize>, budget: f64) -> usize {
+        let mut best = None;
         let mut bj = f64::INFINITY;
+        let mut cheapest = 0;
         for i in 0..CF_N {
+            if self.cost[i] < self.cost[cheapest] {
+                cheapest = i;
+            }
+            if self.cost[i] > budget {
+                continue;
+            }
             let j = self.cost[i] + price * self.late[i];
             if j < bj {
                 bj = j;
-                best = i;
+                best = Some(i);
             }
         }
+        let Some(best) = best else {
+            return cheapest;
+        };
         if let Some(c) = cur {
-            if c < CF_N && self.cost[c] + price * self.late[c] <= bj * 1.02 {
+            if c < CF_N && self.cost[c] <= budget && self.cost[c] + price * self.late[c] <= bj * 1.02 {
                 return c;
             }
         }
@@ -534,10 +586,141 @@ impl Counterfactual {
     }
 
     fn approx_heap_bytes(&self) -> usize {
-        self.orders.capacity() * std::mem::size_of::<OrderSnap>()
-            + (self.cap.capacity() + self.backlog.capacity() + self.late.capacity()) * 8
-            + self.cost.capacity() * 8
-            + self.reps.capacity() * 4
+        self.orders.capacity() * std::mem::size_of::<(f64, [u32; CF_N])>()
+            + (self.backlog.capacity() + self.late.capacity() + self.cost.capacity()) * 8
+            + (self.reps.capacity() + self.ready.capacity()) * 4
+    }
+}
+
+/// KEDA's default cooldown and the HPA's scale-down stabilisation, seconds.
+const REACTIVE_HOLD_S: f64 = 300.0;
+/// Warming batches the reactive shadow tracks.
+const SHADOW_WARMING_CAP: usize = 256;
+
+/// Counterfactual of the status quo: today's KEDA + HPA (utilisation target 80 %, queue
+/// trigger, 300-s stabilisation and cooldown; REPLAY.md "Reactive") run on the same
+/// arrivals with its own fleet and queue. Its decayed cost is the planner's budget: prescale
+/// spends at most what the default autoscaler would have, and buys attainment with it.
+#[derive(Debug, Clone)]
+struct ReactiveShadow {
+    ready: u32,
+    warming: VecDeque<(f64, u32)>,
+    backlog: f64,
+    last_active: f64,
+    kept: VecDeque<(f64, u32)>,
+    cost: f64,
+    late: f64,
+    started: bool,
+}
+
+impl ReactiveShadow {
+    fn new() -> Self {
+        ReactiveShadow {
+            ready: 0,
+            warming: VecDeque::with_capacity(SHADOW_WARMING_CAP),
+            backlog: 0.0,
+            last_active: 0.0,
+            kept: VecDeque::new(),
+            cost: 0.0,
+            late: 0.0,
+            started: false,
+        }
+    }
+
+    fn n(&self) -> u32 {
+        self.ready.saturating_add(self.warming.iter().map(|x| x.1).sum::<u32>())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide(&mut self, t: f64, n0: u32, rate: f64, active_recent: bool, mu: f64, slo: f64, w: f64, max_r: u32) {
+        if !self.started {
+            self.started = true;
+            self.ready = n0;
+            self.last_active = t;
+        }
+        let ready = self.ready as f64;
+        let util = if rate > ready * mu && self.ready > 0 {
+            (ready / 0.8).ceil()
+        } else {
+            (rate.min(ready * mu) / (0.8 * mu)).ceil()
+        };
+        let queue = (self.backlog / (mu * slo.max(1e-9))).ceil();
+        let raw = util.max(queue).clamp(0.0, max_r as f64) as u32;
+        let active = self.backlog > 0.0 || active_recent;
+        if active {
+            self.last_active = t;
+        }
+        let cur = self.n();
+        let d = if cur == 0 {
+            if active {
+                raw.max(1)
+            } else {
+                0
+            }
+        } else if t - self.last_active >= REACTIVE_HOLD_S {
+            self.kept.clear();
+            0
+        } else {
+            let raw = raw.max(1).min((2 * cur).max(cur + 4));
+            self.kept.push_back((t, raw));
+            while self.kept.front().is_some_and(|&(s, _)| s + REACTIVE_HOLD_S <= t) {
+                self.kept.pop_front();
+            }
+            if self.kept.len() > NEED_CAP {
+                self.kept.pop_front();
+            }
+            if raw >= cur {
+                raw
+            } else {
+                self.kept.iter().map(|x| x.1).max().unwrap_or(raw)
+            }
+        };
+        let d = d.min(max_r);
+        if d > cur {
+            if self.warming.len() == SHADOW_WARMING_CAP {
+                // Merge into the newest batch rather than grow.
+                if let Some(b) = self.warming.back_mut() {
+                    b.1 += d - cur;
+                }
+            } else {
+                self.warming.push_back((t + w, d - cur));
+            }
+        } else if d < cur {
+            let mut x = cur - d;
+            while x > 0 {
+                let Some(b) = self.warming.back_mut() else {
+                    break;
+                };
+                if b.1 > x {
+                    b.1 -= x;
+                    x = 0;
+                } else {
+                    x -= b.1;
+                    self.warming.pop_back();
+                }
+            }
+            self.ready = self.ready.saturating_sub(x);
+        }
+    }
+
+    fn observe(&mut self, t0: f64, dt: f64, mass: f64, mu: f64, slo: f64, decay: f64) {
+        if !self.started {
+            return;
+        }
+        while let Some(&(at, c)) = self.warming.front() {
+            if at <= t0 + 1e-9 {
+                self.ready = self.ready.saturating_add(c);
+                self.warming.pop_front();
+            } else {
+                break;
+            }
+        }
+        let n = self.n() as f64;
+        let c = self.ready as f64 * mu;
+        self.backlog = (self.backlog + mass - c * dt).max(0.0);
+        let late = if self.backlog > c * slo + 1e-9 { mass } else { 0.0 };
+        self.cost = self.cost * decay + n * dt;
+        self.late = self.late * decay + late;
     }
 }
 
@@ -584,10 +767,25 @@ pub struct Planner {
     intervals_seen: u64,
     recent_need: VecDeque<(f64, u32)>,
     cf: Counterfactual,
+    shadow: ReactiveShadow,
+    /// Decayed replica-seconds the planner itself asked for, and what the counterfactual
+    /// charged the candidates it followed for the same time (their ratio is the overhead of
+    /// the hold, the drain and the bounds over the bare candidate).
+    own_cost: f64,
+    followed_cf_cost: f64,
+    last_desired: u32,
+    /// Share of the shadow's spend the candidates may use (integral feedback, ≤ 1).
+    budget_gain: f64,
     cand_idx: Option<usize>,
     /// Slow mean arrival rate (req/s), time constant `LEVEL_TAU_S`.
     level: f64,
     level_t: f64,
+    /// Arrival rate smoothed over about a minute (req/s).
+    rate_1m: f64,
+    /// Fleet size at the first decision.
+    first_n: Option<u32>,
+    /// Decaying peaks of the per-interval effective demand (half-lives `PEAK_HALF_LIVES_S`).
+    peak: [f64; 2],
 }
 
 fn finite_or(x: f64, d: f64) -> f64 {
@@ -655,9 +853,17 @@ impl Planner {
             intervals_seen: 0,
             recent_need: VecDeque::new(),
             cf: Counterfactual::new(),
+            shadow: ReactiveShadow::new(),
+            own_cost: 0.0,
+            followed_cf_cost: 0.0,
+            last_desired: 0,
+            budget_gain: 1.0,
             cand_idx: None,
             level: 0.0,
             level_t: 0.0,
+            rate_1m: 0.0,
+            first_n: None,
+            peak: [0.0; 2],
             cfg,
         })
     }
@@ -706,9 +912,18 @@ impl Planner {
         self.history.observe(t_s, dt, mass);
         self.idle.observe(t_s, dt, mass > 0.0);
         let mu = self.cfg.capacity;
-        self.cf.observe(t_s - dt, dt, mass, self.w, mu, self.cfg.slo_s, 0.05 * mu, self.cfg.max_replicas as f64);
+        self.cf.observe(t_s - dt, dt, mass, self.w, mu, self.cfg.slo_s);
+        let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
+        self.shadow.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay);
+        if self.shadow.started {
+            self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
+            let followed = self.cand_idx.and_then(|i| self.cf.reps.get(i).copied()).unwrap_or(self.last_desired);
+            self.followed_cf_cost = self.followed_cf_cost * decay + followed as f64 * dt;
+        }
         let g = 1.0 - (-dt / LEVEL_TAU_S).exp();
         self.level += g * (mass / dt - self.level);
+        let g1 = 1.0 - (-dt / 60.0).exp();
+        self.rate_1m += g1 * (mass / dt - self.rate_1m);
         self.level_t += dt;
         let rate = mass / dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
@@ -838,6 +1053,9 @@ impl Planner {
             }
         }
         self.x_last = x;
+        for (p, hl) in self.peak.iter_mut().zip(PEAK_HALF_LIVES_S) {
+            *p = (*p * (-i * std::f64::consts::LN_2 / hl).exp()).max(x);
+        }
         self.smooth.update(x);
         self.slow.update(x);
         // Seasonal step.
@@ -1084,7 +1302,12 @@ impl Planner {
         let mu = self.cfg.capacity;
         let wake_rate =
             self.wake_level.quantile(0.9).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu);
+        let wake_rate_lo =
+            self.wake_level.quantile(0.5).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu);
         OrderSnap {
+            peak: self.peak,
+            rate: self.rate_1m,
+            wake_rate_lo,
             t,
             regime,
             current: fc.current,
@@ -1097,13 +1320,34 @@ impl Planner {
         }
     }
 
+    fn cf_warm(&self) -> bool {
+        self.cf.seen_s >= self.horizon() + 120.0
+    }
+
     /// The candidate margin in force: the counterfactual's best once it has seen enough,
     /// else the configured quantile with no standing level.
     fn chosen_candidate(&mut self) -> Cand {
-        let warm = self.horizon() + 120.0;
-        if self.cf.seen_s >= warm {
-            let price = std::env::var("PRESCALE_PRICE").ok().and_then(|x| x.parse::<f64>().ok()).unwrap_or(MISS_PRICE_SERVICE_TIMES) / self.cfg.capacity;
-            let i = self.cf.best(price, self.cand_idx);
+        if self.cf_warm() {
+            let price = std::env::var("PRESCALE_PRICE")
+                .ok()
+                .and_then(|x| x.parse::<f64>().ok())
+                .unwrap_or(MISS_PRICE_SERVICE_TIMES)
+                / self.cfg.capacity;
+            let bf: f64 = std::env::var("PRESCALE_BUDGET").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
+            // Budget: what the reactive shadow spent, scaled by a factor that integral
+            // feedback keeps where the planner's own spend (which adds the hold, the drain
+            // and the learning phase to the bare candidate) matches the shadow's.
+            if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
+                let ratio = self.shadow.cost / self.own_cost;
+                let gr: f64 =
+                    std::env::var("PRESCALE_GR").ok().and_then(|x| x.parse().ok()).unwrap_or(BUDGET_GAIN_RATE);
+                self.budget_gain = (self.budget_gain * ratio.powf(gr)).clamp(0.2, 1.0);
+            }
+            let oc: f64 = std::env::var("PRESCALE_OVH").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
+            let overhead =
+                if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(1.0, oc) } else { 1.0 };
+            let budget = if bf > 0.0 { bf * self.budget_gain * self.shadow.cost / overhead } else { f64::INFINITY };
+            let i = self.cf.best(price, self.cand_idx, budget);
             self.cand_idx = Some(i);
             Cand::from_index(i)
         } else {
@@ -1113,7 +1357,11 @@ impl Planner {
                 .min_by(|x, y| (x.1 - self.cfg.quantile).abs().total_cmp(&(y.1 - self.cfg.quantile).abs()))
                 .map(|x| x.0)
                 .unwrap_or(CF_QS.len() - 2);
-            Cand { q: std::env::var("PRESCALE_Q0").ok().and_then(|x| x.parse::<usize>().ok()).unwrap_or(q), wake: 2, level: 0 }
+            Cand {
+                q: std::env::var("PRESCALE_Q0").ok().and_then(|x| x.parse::<usize>().ok()).unwrap_or(q),
+                wake: 7,
+                level: 0,
+            }
         }
     }
 
@@ -1148,21 +1396,32 @@ impl Planner {
         let mu = self.cfg.capacity;
         let snap = self.order_snap(t, &fc);
         let spacing = (self.w / (CF_ORDERS_CAP as f64 - 32.0)).max(self.cfg.interval_s);
-        self.cf.push(snap, spacing);
+        let max_r = self.cfg.max_replicas as f64;
+        let slo = self.cfg.slo_s;
+        self.cf.push(&snap, spacing, self.w, mu, slo, 0.05 * mu, max_r, n);
+        {
+            let rate60 = self.history.mass_between(t - 60.0, t) / 60.0;
+            let active_recent =
+                self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
+            let max_r = self.cfg.max_replicas;
+            self.shadow.decide(t, n, rate60, active_recent, mu, self.cfg.slo_s, self.w, max_r);
+        }
         let cand = self.chosen_candidate();
-        if std::env::var_os("PRESCALE_DUMP").is_some() && (t as u64) % 1200 == 0 {
+        if std::env::var_os("PRESCALE_DUMP").is_some() && (t as u64) == 1200000 {
             for i in 0..CF_N {
                 let c = Cand::from_index(i);
-                if c.level > 0 || c.wake == 3 {
+                if c.level == 0 && (c.q == 3 || c.q == 6) {
                     eprintln!("dump t={t} {c:?} cost={:.0} late={:.1}", self.cf.cost[i], self.cf.late[i]);
                 }
             }
         }
-        if std::env::var_os("PRESCALE_DIAG").is_some() && ((t as u64) % 600 == 0 || std::env::var_os("PRESCALE_DIAG_ALL").is_some()) {
-            let bi = self.cf.best(MISS_PRICE_SERVICE_TIMES / mu, None);
+        if std::env::var_os("PRESCALE_DIAG").is_some()
+            && ((t as u64) % 600 == 0 || std::env::var_os("PRESCALE_DIAG_ALL").is_some())
+        {
+            let bi = self.cf.best(MISS_PRICE_SERVICE_TIMES / mu, None, f64::INFINITY);
             eprintln!(
-                "diag t={t} cand={cand:?} seen={:.0} cost={:.0} late={:.1} regime={:?} cur={:.2} pt={:.2} lvl={:.2} up={:.2}",
-                self.cf.seen_s, self.cf.cost[bi], self.cf.late[bi], snap.regime, snap.current, snap.point, snap.level,
+                "diag t={t} own={:.0} fol={:.0} shadow_cost={:.0} shadow_late={:.1} cand={cand:?} seen={:.0} cost={:.0} late={:.1} regime={:?} cur={:.2} pt={:.2} lvl={:.2} up={:.2}",
+                self.own_cost, self.followed_cf_cost, self.shadow.cost, self.shadow.late, self.cf.seen_s, self.cf.cost[bi], self.cf.late[bi], snap.regime, snap.current, snap.point, snap.level,
                 cand_upper(&snap, cand, 0.05 * mu)
             );
         }
@@ -1171,7 +1430,13 @@ impl Planner {
         let b = self.last_backlog;
         // Backlog drain: replicas started now help only after W, so spread the drain over
         // max(slo, W/2) rather than the SLO alone (which would chase every second of backlog).
-        let drain = b / self.cfg.slo_s.max(0.5 * self.w).max(1.0);
+        // The backlog to drain is the one there will be when replicas ordered now are
+        // ready: today's plus what the ready fleet falls short of the arrival rate over W.
+        let short = (self.rate_1m - ready as f64 * mu).max(0.0);
+        let pf: f64 = std::env::var("PRESCALE_PROJ").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
+        let dd: f64 = std::env::var("PRESCALE_DD").ok().and_then(|x| x.parse().ok()).unwrap_or(DRAIN_W_SHARE);
+        let b_proj = if b > 0.0 { b + pf * short * self.w } else { b };
+        let drain = b_proj / self.cfg.slo_s.max(dd * self.w).max(1.0);
         let recent_arrival =
             self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };
@@ -1256,6 +1521,12 @@ impl Planner {
             };
         }
         desired = desired.max(busy_floor);
+        // Until the counterfactual has evidence, the fleet we were handed is kept: shedding it
+        // on no data is a bet the planner cannot yet price.
+        let first_n = *self.first_n.get_or_insert(n);
+        if !self.cf_warm() && std::env::var_os("PRESCALE_NOKEEP").is_none() {
+            desired = desired.max(first_n);
+        }
         if !self.cfg.scale_to_zero {
             desired = desired.max(1);
         }
@@ -1266,6 +1537,7 @@ impl Planner {
             desired = self.cfg.min_replicas;
             reason = Reason::Bound { limit: self.cfg.min_replicas };
         }
+        self.last_desired = desired;
         Decision { desired, reason, forecast: fc }
     }
 
@@ -1317,6 +1589,8 @@ impl Planner {
             + self.wake_level.approx_heap_bytes()
             + self.recent_need.capacity() * 16
             + self.cf.approx_heap_bytes()
+            + self.shadow.warming.capacity() * 16
+            + self.shadow.kept.capacity() * 16
             + self.cached.as_ref().map(|c| c.weights.capacity() * 8).unwrap_or(0)
     }
 }

@@ -90,7 +90,11 @@ async fn http_endpoints_and_graceful_sigterm() {
     let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
     let ch = conn.create_channel().await.unwrap();
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
-    let so = sref("ml", "dbg", &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1"), ("mode", "reactive")]);
+    let so = sref(
+        "ml",
+        "dbg",
+        &[("rabbitmqHost", &amqp), ("rabbitmqQueueName", &queue), ("sampleSeconds", "1"), ("mode", "reactive")],
+    );
     eventually(10, "answer", || {
         let (mut c, so) = (c.clone(), so.clone());
         async move { metric(&mut c, &so).await.ok() }
@@ -134,9 +138,15 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     let ch = conn.create_channel().await.unwrap();
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
     for _ in 0..30 {
-        ch.basic_publish("".into(), queue.as_str().into(), BasicPublishOptions::default(), b"x", BasicProperties::default())
-            .await
-            .unwrap();
+        ch.basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            b"x",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
     }
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
@@ -180,7 +190,13 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     let (_, d) = srv.get("/debug/scalers").await;
     let v: serde_json::Value = serde_json::from_str(&d).unwrap();
     let find = |name: &str| {
-        v["scaledObjects"].as_array().unwrap().iter().find(|s| s["scaledObject"] == format!("ml/{name}")).cloned().unwrap()
+        v["scaledObjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["scaledObject"] == format!("ml/{name}"))
+            .cloned()
+            .unwrap()
     };
     let sh = find("shadow");
     assert!(sh["snapshot"]["reason"].as_str().unwrap().starts_with("shadow:"), "{sh}");

@@ -164,6 +164,10 @@ pub fn unique(prefix: &str) -> String {
 /// (Prometheus from scripts/services.sh scrapes 127.0.0.1:19101-19104).
 pub struct Exporter {
     pub body: Arc<Mutex<String>>,
+    /// The bound port (pass 0 to `start` for an ephemeral one).
+    pub port: u16,
+    /// Scrapes served so far.
+    pub hits: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -176,11 +180,14 @@ impl Drop for Exporter {
 impl Exporter {
     pub async fn start(port: u16, initial: &str) -> Exporter {
         let body = Arc::new(Mutex::new(initial.to_string()));
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let b = body.clone();
+        let h = hits.clone();
         let app = axum::Router::new().route(
             "/metrics",
             axum::routing::get(move || {
                 let b = b.clone();
+                h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
                     let text = b.lock().unwrap().clone();
                     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
@@ -188,14 +195,20 @@ impl Exporter {
             }),
         );
         let l = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind exporter port");
+        let port = l.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
             let _ = axum::serve(l, app).await;
         });
-        Exporter { body, task }
+        Exporter { body, port, hits, task }
     }
 
     pub fn set(&self, text: &str) {
         *self.body.lock().unwrap() = text.to_string();
+    }
+
+    /// Stop serving (connections are refused from now on).
+    pub fn stop(&self) {
+        self.task.abort();
     }
 }
 

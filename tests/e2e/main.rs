@@ -3,9 +3,12 @@
 
 mod api;
 mod cli;
+mod combined;
 mod errors;
 mod harness;
+mod kafka;
 mod prometheus;
 mod rabbitmq;
 mod replay;
+mod sqs;
 mod tls;

@@ -7,7 +7,11 @@ use crate::harness::*;
 
 fn prescale(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_prescale")).args(args).output().expect("run prescale");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A bursty request log: quiet, a burst, quiet, a second burst (Azure format).
@@ -57,7 +61,9 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
     }
     // Summary: REPLAY.md's keys.
     let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
-    for k in ["slo_attainment", "replica_seconds", "p50_delay_s", "p99_delay_s", "replica_starts", "oracle_replica_seconds"] {
+    for k in
+        ["slo_attainment", "replica_seconds", "p50_delay_s", "p99_delay_s", "replica_starts", "oracle_replica_seconds"]
+    {
         assert!(s.get(k).is_some(), "summary lacks {k}: {s}");
     }
     let att = s["slo_attainment"].as_f64().unwrap();
@@ -158,12 +164,13 @@ async fn replay_from_a_backfilled_prometheus_matches_the_same_csv() {
     eventually(60, "backfilled Prometheus ready with data", || {
         let url = url.clone();
         async move {
-            let v: serde_json::Value = reqwest::get(format!("{url}/api/v1/query?query=count_over_time(prescale_demand_rps[1d])"))
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
+            let v: serde_json::Value =
+                reqwest::get(format!("{url}/api/v1/query?query=count_over_time(prescale_demand_rps[1d])"))
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
             (v["data"]["result"].as_array()?.len() == 1).then_some(())
         }
     })
@@ -172,7 +179,19 @@ async fn replay_from_a_backfilled_prometheus_matches_the_same_csv() {
     let common = ["--capacity", "1", "--warmup", "60", "--slo", "5", "--policy", "all"];
     let s_prom = dir.join("prom.json");
     let (s, e) = (start.to_string(), end.to_string());
-    let mut args = vec!["replay", "--prometheus", &url, "--query", "prescale_demand_rps", "--start", &s, "--end", &e, "--step", "5s"];
+    let mut args = vec![
+        "replay",
+        "--prometheus",
+        &url,
+        "--query",
+        "prescale_demand_rps",
+        "--start",
+        &s,
+        "--end",
+        &e,
+        "--step",
+        "5s",
+    ];
     args.extend(common);
     args.extend(["--summary-out", s_prom.to_str().unwrap()]);
     let (ok, out, err) = prescale(&args);

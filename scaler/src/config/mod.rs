@@ -258,16 +258,42 @@ mod tests {
     fn every_example_value_is_valid_on_its_own() {
         // Each key's example parses in a minimal valid config of its group.
         let base_rabbit = [("rabbitmqHost", "amqp://h:5672/%2f"), ("rabbitmqQueueName", "q")];
+        let base_kafka = [("kafkaBootstrapServers", "k:9092"), ("kafkaConsumerGroup", "g"), ("kafkaTopic", "t")];
+        let base_sqs = [("sqsQueueURL", "https://sqs.r.amazonaws.com/1/q"), ("sqsAwsRegion", "r")];
         let base_prom =
             [("prometheusServerAddress", "http://p:9090"), ("prometheusQuery", "up"), ("prometheusPerReplica", "1")];
+        let base_vllm = [("vllmEndpoints", "127.0.0.1:8000")];
+        let base_dcgm = [("dcgmEndpoints", "127.0.0.1:9400")];
         for d in KEYS {
-            let mut map: BTreeMap<String, String> = if d.group == "prometheus" {
-                base_prom.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-            } else {
-                base_rabbit.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            let base: &[(&str, &str)] = match d.group {
+                "prometheus" => &base_prom,
+                "kafka" => &base_kafka,
+                "sqs" => &base_sqs,
+                "vllm" => &base_vllm,
+                "dcgm" => &base_dcgm,
+                _ => &base_rabbit,
             };
-            if d.key == "rabbitmqHostFromEnv" {
-                map.remove("rabbitmqHost");
+            let mut map: BTreeMap<String, String> = base.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            match d.key {
+                "rabbitmqHostFromEnv" => {
+                    map.remove("rabbitmqHost");
+                }
+                "sqsQueueURLFromEnv" => {
+                    map.remove("sqsQueueURL");
+                }
+                "kafkaUsernameFromEnv" | "kafkaPasswordFromEnv" => {
+                    map.insert("kafkaSasl".into(), "plaintext".into());
+                    map.insert("kafkaUsernameFromEnv".into(), "u".into());
+                    map.insert("kafkaPasswordFromEnv".into(), "p".into());
+                }
+                "vllmService" | "vllmPort" => {
+                    map.remove("vllmEndpoints");
+                    map.insert("vllmService".into(), "llama".into());
+                }
+                "dcgmPrometheus" => {
+                    map.remove("dcgmEndpoints");
+                }
+                _ => {}
             }
             map.insert(d.key.to_string(), d.example.to_string());
             if let Err(e) = parse(&id(), &map) {

@@ -320,6 +320,7 @@ impl Engine {
         drop(removed);
         self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, w| w.strong_count() > 0);
         self.inner.shared.amqp.gc().await;
+        self.inner.shared.kafka.gc();
         self.refresh_gauges();
         n
     }
@@ -332,6 +333,7 @@ impl Engine {
         m.connections
             .get_or_create(&vec![("kind", "amqp".to_string())])
             .set(self.inner.shared.amqp.open_connections() as i64);
+        m.connections.get_or_create(&vec![("kind", "kafka".to_string())]).set(self.inner.shared.kafka.clients() as i64);
     }
 
     /// Every tracked ScaledObject: config, signals, plan, reason.

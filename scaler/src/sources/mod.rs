@@ -6,8 +6,13 @@
 //! and [`Shared`] holds the per-endpoint connections, so 500 ScaledObjects reading
 //! one RabbitMQ use one AMQP connection and each distinct queue is polled once.
 
+pub mod dcgm;
+pub mod exposition;
+pub mod kafka;
 pub mod prometheus;
 pub mod rabbitmq;
+pub mod sqs;
+pub mod vllm;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -71,6 +76,24 @@ pub trait Source: Send + Sync {
 pub enum SourceConfig {
     Rabbitmq(rabbitmq::RabbitmqConfig),
     Prometheus(prometheus::PrometheusConfig),
+    Kafka(kafka::KafkaConfig),
+    Sqs(sqs::SqsConfig),
+    Vllm(vllm::VllmConfig),
+    Dcgm(dcgm::DcgmConfig),
+}
+
+/// Dispatch one expression over every variant (each config has the same methods).
+macro_rules! each {
+    ($self:expr, $c:ident => $e:expr) => {
+        match $self {
+            SourceConfig::Rabbitmq($c) => $e,
+            SourceConfig::Prometheus($c) => $e,
+            SourceConfig::Kafka($c) => $e,
+            SourceConfig::Sqs($c) => $e,
+            SourceConfig::Vllm($c) => $e,
+            SourceConfig::Dcgm($c) => $e,
+        }
+    };
 }
 
 impl SourceConfig {
@@ -78,38 +101,37 @@ impl SourceConfig {
         match self {
             Self::Rabbitmq(_) => "rabbitmq",
             Self::Prometheus(_) => "prometheus",
+            Self::Kafka(_) => "kafka",
+            Self::Sqs(_) => "sqs",
+            Self::Vllm(_) => "vllm",
+            Self::Dcgm(_) => "dcgm",
         }
     }
 
     /// A short, redacted, human label (`rabbitmq queue "q" on amqp://***@host/`).
     pub fn label(&self) -> String {
-        match self {
-            Self::Rabbitmq(c) => c.label(),
-            Self::Prometheus(c) => c.label(),
-        }
+        each!(self, c => c.label())
     }
 
     /// What one replica absorbs: demand in replicas = value / per_replica.
     pub fn per_replica(&self) -> f64 {
-        match self {
-            Self::Rabbitmq(c) => c.per_replica,
-            Self::Prometheus(c) => c.per_replica,
-        }
+        each!(self, c => c.per_replica())
     }
 
     /// Identity of one poll: ScaledObjects whose sources have the same key share it.
     /// Contains credentials; never logged or shown.
     pub fn poll_key(&self) -> String {
-        match self {
-            Self::Rabbitmq(c) => c.poll_key(),
-            Self::Prometheus(c) => c.poll_key(),
-        }
+        each!(self, c => c.poll_key())
     }
 
     pub fn build(&self, shared: &Shared) -> Arc<dyn Source> {
         match self {
             Self::Rabbitmq(c) => Arc::new(rabbitmq::RabbitmqSource::new(c.clone(), shared)),
             Self::Prometheus(c) => Arc::new(prometheus::PrometheusSource::new(c.clone(), shared)),
+            Self::Kafka(c) => Arc::new(Arc::new(kafka::KafkaSource::new(c.clone(), shared))),
+            Self::Sqs(c) => Arc::new(sqs::SqsSource::new(c.clone(), shared)),
+            Self::Vllm(c) => Arc::new(vllm::VllmSource::new(c.clone(), shared)),
+            Self::Dcgm(c) => Arc::new(dcgm::DcgmSource::new(c.clone(), shared)),
         }
     }
 }
@@ -124,8 +146,25 @@ pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
     if let Some(c) = prometheus::PrometheusConfig::parse(md) {
         out.push(SourceConfig::Prometheus(c));
     }
-    if out.is_empty() && !md.has_prefix("rabbitmq") && !md.has_prefix("prometheus") {
-        md.error("rabbitmqQueueName", None, "no signal configured: set at least one source (rabbitmq*, prometheus*)");
+    if let Some(c) = kafka::KafkaConfig::parse(md) {
+        out.push(SourceConfig::Kafka(c));
+    }
+    if let Some(c) = sqs::SqsConfig::parse(md) {
+        out.push(SourceConfig::Sqs(c));
+    }
+    if let Some(c) = vllm::VllmConfig::parse(md) {
+        out.push(SourceConfig::Vllm(c));
+    }
+    if let Some(c) = dcgm::DcgmConfig::parse(md) {
+        out.push(SourceConfig::Dcgm(c));
+    }
+    let prefixes = ["rabbitmq", "prometheus", "kafka", "sqs", "vllm", "dcgm"];
+    if out.is_empty() && !prefixes.iter().any(|p| md.has_prefix(p)) {
+        md.error(
+            "rabbitmqQueueName",
+            None,
+            "no signal configured: set at least one source (rabbitmq*, prometheus*, kafka*, sqs*, vllm*, dcgm*)",
+        );
     }
     out
 }
@@ -135,6 +174,10 @@ pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
 pub struct Shared {
     pub http: reqwest::Client,
     pub amqp: Arc<rabbitmq::AmqpPool>,
+    pub kafka: Arc<kafka::KafkaPool>,
+    pub sqs: Arc<sqs::SqsPool>,
+    /// The Kubernetes client (vllmService), created on first use.
+    pub kube: Arc<vllm::KubeClient>,
 }
 
 impl Shared {
@@ -144,7 +187,13 @@ impl Shared {
             .user_agent(concat!("prescale/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_default();
-        Self { http, amqp: Arc::new(rabbitmq::AmqpPool::default()) }
+        Self {
+            http,
+            amqp: Arc::new(rabbitmq::AmqpPool::default()),
+            kafka: Arc::new(kafka::KafkaPool::default()),
+            sqs: Arc::new(sqs::SqsPool::default()),
+            kube: Arc::new(vllm::KubeClient::default()),
+        }
     }
 }
 

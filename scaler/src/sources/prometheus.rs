@@ -83,6 +83,10 @@ impl PrometheusConfig {
         format!("prometheus query on {}", self.server_address)
     }
 
+    pub fn per_replica(&self) -> f64 {
+        self.per_replica
+    }
+
     pub fn poll_key(&self) -> String {
         format!(
             "prometheus|{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}",

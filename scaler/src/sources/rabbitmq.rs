@@ -165,6 +165,10 @@ impl RabbitmqConfig {
         format!("rabbitmq queue \"{}\" on {}", self.queue, self.host)
     }
 
+    pub fn per_replica(&self) -> f64 {
+        self.per_replica
+    }
+
     pub fn poll_key(&self) -> String {
         format!(
             "rabbitmq|{}|{}|{:?}|{:?}|{}|{}|{}",

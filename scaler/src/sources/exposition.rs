@@ -1,0 +1,187 @@
+//! Prometheus text exposition, shared by the sources that scrape `/metrics` themselves
+//! (vLLM, dcgm-exporter): a bounded HTTP GET and a parse with the `prometheus-parse` crate.
+//!
+//! `prometheus-parse` 0.2 matches metric names with `\w+`, so a name with colons
+//! (`vllm:num_requests_waiting`, legal in the text format) would be skipped. Before parsing,
+//! the colons of the *name* of each sample / `# HELP` / `# TYPE` line are replaced by
+//! U+02D0 `ː` (a Unicode letter, so `\w` matches it, and never valid in a metric name, so
+//! decoding is unambiguous); label values are not touched.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::SourceError;
+use crate::redact::redact_url;
+
+/// Stand-in for `:` inside metric names while `prometheus-parse` reads them.
+const COLON: char = 'ː';
+
+/// Largest body read from one endpoint (a vLLM or 8-GPU dcgm-exporter page is ~100 KiB).
+const MAX_BODY: usize = 32 << 20;
+
+/// One sample line: name, labels, value. Histogram/summary samples are dropped (no source
+/// uses them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub value: f64,
+}
+
+impl Series {
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels.get(name).map(String::as_str)
+    }
+}
+
+fn encode_name(name: &str) -> String {
+    name.replace(':', &COLON.to_string())
+}
+
+/// Rewrite the metric name of one line (sample, `# HELP`, `# TYPE`) so that colons parse.
+fn encode_line(line: &str) -> String {
+    let trimmed = line.trim_start();
+    if let Some(rest) = trimmed.strip_prefix('#') {
+        let rest = rest.trim_start();
+        for kw in ["HELP", "TYPE"] {
+            if let Some(after) = rest.strip_prefix(kw) {
+                let after = after.trim_start();
+                let end = after.find(char::is_whitespace).unwrap_or(after.len());
+                return format!("# {kw} {}{}", encode_name(&after[..end]), &after[end..]);
+            }
+        }
+        return trimmed.to_string();
+    }
+    let end = trimmed.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(trimmed.len());
+    format!("{}{}", encode_name(&trimmed[..end]), &trimmed[end..])
+}
+
+/// Parse exposition text into its plain samples (counter, gauge, untyped).
+pub fn parse(text: &str) -> Result<Vec<Series>, SourceError> {
+    let lines = text.lines().map(|l| Ok(encode_line(l)));
+    let scrape = prometheus_parse::Scrape::parse(lines).map_err(SourceError::parse)?;
+    let mut out = Vec::with_capacity(scrape.samples.len());
+    for s in scrape.samples {
+        let value = match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => continue,
+        };
+        let labels = s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        out.push(Series { name: s.metric.replace(COLON, ":"), labels, value });
+    }
+    Ok(out)
+}
+
+/// `host:port`, `host`, `http(s)://host[:port][/path]` → a scrape URL: `http://` and
+/// `default_port` when no scheme is given, `/metrics` when no path is given.
+pub fn endpoint_url(raw: &str, default_port: u16) -> Result<url::Url, String> {
+    let raw = raw.trim();
+    let with_scheme = if raw.contains("://") { raw.to_string() } else { format!("http://{raw}") };
+    let mut u = url::Url::parse(&with_scheme).map_err(|e| format!("not a URL or host:port ({e})"))?;
+    if !matches!(u.scheme(), "http" | "https") || !u.has_host() {
+        return Err("expected http(s)://host[:port][/path] or host:port".into());
+    }
+    if !raw.contains("://") && u.port().is_none() {
+        let _ = u.set_port(Some(default_port));
+    }
+    if u.path().is_empty() || u.path() == "/" {
+        u.set_path("/metrics");
+    }
+    Ok(u)
+}
+
+/// GET one `/metrics` page: status checked, size bounded, errors redacted and naming the
+/// endpoint.
+pub async fn fetch(http: &reqwest::Client, url: &url::Url, timeout: Duration) -> Result<String, SourceError> {
+    let shown = redact_url(url.as_str());
+    let mut resp = http
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| SourceError::connect(format!("{shown}: {}", describe(&e))))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(SourceError::Query(format!("{shown} answered {status}")));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if body.len() + c.len() > MAX_BODY {
+                    return Err(SourceError::Parse(format!("{shown}: body larger than {} MiB", MAX_BODY >> 20)));
+                }
+                body.extend_from_slice(&c);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(SourceError::connect(format!("{shown}: {}", describe(&e)))),
+        }
+    }
+    String::from_utf8(body).map_err(|_| SourceError::Parse(format!("{shown}: body is not UTF-8")))
+}
+
+/// A reqwest error without its URL (the caller names the redacted endpoint), with its cause.
+fn describe(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    };
+    let mut cause = String::new();
+    let mut src = e.source();
+    while let Some(s) = src {
+        cause = s.to_string();
+        src = s.source();
+    }
+    if cause.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind} ({})", crate::redact::redact_text(&cause))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_colons_parse_and_label_values_are_untouched() {
+        let text = "# HELP vllm:num_requests_running Number of requests.\n\
+                    # TYPE vllm:num_requests_running gauge\n\
+                    vllm:num_requests_running{engine=\"0\",model_name=\"org/m:v1\"} 8.0\n\
+                    plain_metric 3\n\
+                    :leading:colon 1\n";
+        let s = parse(text).unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].name, "vllm:num_requests_running");
+        assert_eq!(s[0].label("model_name"), Some("org/m:v1"));
+        assert_eq!(s[0].value, 8.0);
+        assert_eq!(s[1].name, "plain_metric");
+        assert_eq!(s[2].name, ":leading:colon");
+    }
+
+    #[test]
+    fn histograms_are_skipped_and_garbage_does_not_panic() {
+        let text = "# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_count 1\nh_sum 0.2\n{{{ }}} \n\u{0}\nx{a=\"b\"} notanumber\n";
+        let s = parse(text).unwrap();
+        assert!(s.iter().all(|s| s.name != "h_bucket"));
+        assert!(s.iter().any(|s| s.name == "h_count"));
+    }
+
+    #[test]
+    fn endpoint_urls() {
+        assert_eq!(endpoint_url("10.0.0.1:8000", 9).unwrap().as_str(), "http://10.0.0.1:8000/metrics");
+        assert_eq!(endpoint_url("gpu-node", 9400).unwrap().as_str(), "http://gpu-node:9400/metrics");
+        assert_eq!(endpoint_url("https://h/custom", 1).unwrap().as_str(), "https://h/custom");
+        assert_eq!(endpoint_url("http://h:81", 1).unwrap().as_str(), "http://h:81/metrics");
+        assert!(endpoint_url("amqp://h", 1).is_err());
+        assert!(endpoint_url("", 1).is_err());
+        assert!(endpoint_url("http://", 1).is_err());
+    }
+}

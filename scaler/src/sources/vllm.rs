@@ -1,0 +1,729 @@
+//! vLLM: the engine's own queue, scraped from every pod's `/metrics` (Prometheus text,
+//! parsed with `prometheus-parse`; see `exposition.rs` for the colon workaround).
+//!
+//! - Pods: `vllmEndpoints` (URLs or host:port, scraped as given) or `vllmService` (the
+//!   ready endpoints of the Service's EndpointSlices in the ScaledObject's namespace, read
+//!   through the Kubernetes API with one lazily created, process-wide `kube::Client`).
+//! - Value: `waiting + running` summed over pods and engines (`vllm:num_requests_waiting`,
+//!   `vllm:num_requests_running`), compared with `vllmPerReplica`. With
+//!   `vllmKvCacheTarget`, the KV-cache signal `Σ_pods usage / target` (= mean usage × pods
+//!   / target; `vllm:kv_cache_usage_perc`, else the older `vllm:gpu_cache_usage_perc`, a
+//!   0–1 fraction) is expressed in the same units: value = max(queue, kv × vllmPerReplica),
+//!   so `value / vllmPerReplica` is the larger of the two replica-equivalents.
+//! - `detail["arrival_rate"]`: served requests/s, the rate of `vllm:request_success_total`
+//!   (all `finished_reason`s) between consecutive polls, summed over pods that were read
+//!   at both polls (a counter that went down restarted from 0). Absent on the first poll.
+//! - Pods down: the others are used and `detail["pods_down"]` counts the failed ones; a pod
+//!   answering without any `vllm:num_requests_*` series (for `vllmModel`) counts as down.
+//!   No pod up, or none discovered: the read fails (never a zero).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::exposition::{self, Series};
+use super::{BoxFuture, Reading, Shared, Source, SourceError};
+use crate::config::Metadata;
+use crate::redact::redact_url;
+
+const WAITING: &str = "vllm:num_requests_waiting";
+const RUNNING: &str = "vllm:num_requests_running";
+const KV: &str = "vllm:kv_cache_usage_perc";
+const KV_OLD: &str = "vllm:gpu_cache_usage_perc";
+const SUCCESS: &str = "vllm:request_success_total";
+
+/// Where the pods are.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "from")]
+pub enum Pods {
+    /// Scrape URLs as given (`/metrics` appended when no path was given).
+    Endpoints {
+        #[serde(skip)]
+        urls: Vec<String>,
+        /// The same, redacted.
+        shown: Vec<String>,
+    },
+    /// Ready endpoints of a Service's EndpointSlices.
+    Service { namespace: String, name: String, port: PortRef },
+}
+
+/// `vllmPort`: a number, or the name of a port of the EndpointSlices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PortRef {
+    Number(u16),
+    Name(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VllmConfig {
+    pub pods: Pods,
+    pub model: Option<String>,
+    pub per_replica: f64,
+    pub kv_cache_target: Option<f64>,
+    pub activation_value: f64,
+    /// Timeout of one pod's scrape (and of the EndpointSlice list): 3/4 of
+    /// `sourceTimeoutSeconds`, so one hung pod is "down" instead of failing the read.
+    #[serde(skip)]
+    pub scrape_timeout: Duration,
+}
+
+/// Default `vllmPerReplica`: waiting + running requests one replica should carry.
+pub const DEFAULT_PER_REPLICA: f64 = 16.0;
+pub const DEFAULT_PORT: u16 = 8000;
+
+impl VllmConfig {
+    /// `None` when no `vllm*` key is present.
+    pub fn parse(md: &mut Metadata<'_>) -> Option<Self> {
+        if !md.has_prefix("vllm") {
+            return None;
+        }
+        let endpoints = md.string("vllmEndpoints");
+        let service = md.string("vllmService");
+        let port_raw = md.string("vllmPort");
+        let model = md.string("vllmModel").filter(|m| !m.is_empty());
+        let per_replica = md.f64_in("vllmPerReplica", DEFAULT_PER_REPLICA, 0.0, f64::MAX, true);
+        let kv_cache_target = match md.string("vllmKvCacheTarget") {
+            None => Some(None),
+            Some(raw) => match raw.parse::<f64>() {
+                Ok(x) if x > 0.0 && x <= 1.0 => Some(Some(x)),
+                _ => {
+                    md.error(
+                        "vllmKvCacheTarget",
+                        Some(&raw),
+                        "must be a fraction greater than 0 and at most 1 (e.g. 0.8)",
+                    );
+                    None
+                }
+            },
+        };
+        let activation_value = md.f64_in("vllmActivationValue", 0.0, 0.0, f64::MAX, false);
+        let scrape_timeout = source_timeout(md).mul_f64(0.75);
+
+        let port = match port_raw.as_deref() {
+            None => Some(PortRef::Number(DEFAULT_PORT)),
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => Some(PortRef::Number(n)),
+                Ok(_) => {
+                    md.error("vllmPort", Some(p), "must be a port number 1–65535 or a port name");
+                    None
+                }
+                Err(_) if is_port_name(p) => Some(PortRef::Name(p.to_string())),
+                Err(_) => {
+                    md.error("vllmPort", Some(p), "must be a port number 1–65535 or a port name");
+                    None
+                }
+            },
+        };
+        let pods = match (endpoints.filter(|e| !e.is_empty()), service.filter(|s| !s.is_empty())) {
+            (Some(_), Some(s)) => {
+                md.error("vllmService", Some(&s), "set either vllmEndpoints or vllmService, not both");
+                None
+            }
+            (None, None) => {
+                md.error("vllmEndpoints", None, "is required (or vllmService): where the vLLM pods are");
+                None
+            }
+            (Some(list), None) => {
+                if port_raw.is_some() {
+                    md.error(
+                        "vllmPort",
+                        port_raw.as_deref(),
+                        "only applies with vllmService (vllmEndpoints carry their ports)",
+                    );
+                    None
+                } else {
+                    let mut urls = Vec::new();
+                    let mut bad = false;
+                    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                        match exposition::endpoint_url(item, DEFAULT_PORT) {
+                            Ok(u) => urls.push(u.to_string()),
+                            Err(why) => {
+                                md.error("vllmEndpoints", Some(item), &why);
+                                bad = true;
+                            }
+                        }
+                    }
+                    urls.dedup();
+                    if urls.is_empty() && !bad {
+                        md.error("vllmEndpoints", Some(&list), "lists no endpoint");
+                    }
+                    (!bad && !urls.is_empty())
+                        .then(|| Pods::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls })
+                }
+            }
+            (None, Some(name)) => {
+                if is_dns_label(&name) {
+                    port.map(|port| Pods::Service { namespace: md.id().namespace.clone(), name, port })
+                } else {
+                    md.error("vllmService", Some(&name), "not a Service name (lower-case DNS label)");
+                    None
+                }
+            }
+        };
+        Some(Self {
+            pods: pods?,
+            model,
+            per_replica: per_replica?,
+            kv_cache_target: kv_cache_target?,
+            activation_value: activation_value?,
+            scrape_timeout,
+        })
+    }
+
+    pub fn label(&self) -> String {
+        let model = self.model.as_deref().map(|m| format!(" model \"{m}\"")).unwrap_or_default();
+        match &self.pods {
+            Pods::Endpoints { shown, .. } => format!("vllm{model} on {} endpoint(s) {}", shown.len(), shown.join(",")),
+            Pods::Service { namespace, name, .. } => format!("vllm{model} on service {namespace}/{name}"),
+        }
+    }
+
+    pub fn per_replica(&self) -> f64 {
+        self.per_replica
+    }
+
+    pub fn poll_key(&self) -> String {
+        let pods = match &self.pods {
+            Pods::Endpoints { urls, .. } => format!("endpoints={}", urls.join(",")),
+            Pods::Service { namespace, name, port } => format!("service={namespace}/{name}:{port:?}"),
+        };
+        format!(
+            "vllm|{pods}|{:?}|{}|{:?}|{}|{:?}",
+            self.model, self.per_replica, self.kv_cache_target, self.activation_value, self.scrape_timeout
+        )
+    }
+}
+
+/// `sourceTimeoutSeconds` as the general parser reads it (errors are reported there).
+pub(crate) fn source_timeout(md: &mut Metadata<'_>) -> Duration {
+    let secs = md
+        .string("sourceTimeoutSeconds")
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(2.0)
+        .min(3600.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_port_name(s: &str) -> bool {
+    // IANA_SVC_NAME: ≤ 15 chars, lower-case alphanumerics and '-', at least one letter.
+    is_dns_label(s) && s.len() <= 15 && s.bytes().any(|b| b.is_ascii_lowercase())
+}
+
+/// The process-wide Kubernetes client, created on first use (in-cluster config or
+/// KUBECONFIG). A failed creation is retried on the next read.
+#[derive(Default)]
+pub struct KubeClient {
+    cell: tokio::sync::OnceCell<kube::Client>,
+}
+
+impl KubeClient {
+    pub async fn get(&self) -> Result<kube::Client, SourceError> {
+        self.cell
+            .get_or_try_init(|| async {
+                kube::Client::try_default().await.map_err(|e| {
+                    SourceError::connect(format!(
+                        "no Kubernetes API (neither in-cluster config nor KUBECONFIG works): {e}"
+                    ))
+                })
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// What one pod's page says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodStats {
+    pub waiting: f64,
+    pub running: f64,
+    /// Mean KV-cache usage (0–1) over the pod's engines, when reported.
+    pub kv: Option<f64>,
+    /// `vllm:request_success_total` summed over finished_reason and engines, when reported.
+    pub success: Option<f64>,
+}
+
+/// Read one pod's series (only `model_name == model` when given). `Err` names why the
+/// page does not count as a vLLM pod.
+pub fn pod_stats(series: &[Series], model: Option<&str>) -> Result<PodStats, String> {
+    let mut st = PodStats::default();
+    let (mut seen_queue, mut kv_new, mut kv_old, mut success) = (false, Vec::new(), Vec::new(), None::<f64>);
+    for s in series {
+        if model.is_some_and(|m| s.label("model_name") != Some(m)) || !s.value.is_finite() {
+            continue;
+        }
+        let v = s.value.max(0.0);
+        match s.name.as_str() {
+            WAITING => {
+                st.waiting += v;
+                seen_queue = true;
+            }
+            RUNNING => {
+                st.running += v;
+                seen_queue = true;
+            }
+            KV => kv_new.push(v.min(1.0)),
+            KV_OLD => kv_old.push(v.min(1.0)),
+            SUCCESS => *success.get_or_insert(0.0) += v,
+            _ => {}
+        }
+    }
+    if !seen_queue {
+        return Err(match model {
+            Some(m) => format!("no {WAITING} / {RUNNING} series for model_name \"{m}\""),
+            None => format!("no {WAITING} / {RUNNING} series (not a vLLM /metrics page?)"),
+        });
+    }
+    let kv = if kv_new.is_empty() { kv_old } else { kv_new };
+    st.kv = (!kv.is_empty()).then(|| kv.iter().sum::<f64>() / kv.len() as f64);
+    st.success = success;
+    Ok(st)
+}
+
+/// Per-endpoint counter memory for the served-request rate.
+#[derive(Debug, Default)]
+pub struct RateTracker {
+    last: HashMap<String, (Instant, f64)>,
+}
+
+impl RateTracker {
+    /// Record this poll's counters and return the summed rate over endpoints that have a
+    /// previous value (`None` when none has). Endpoints not in `now` are forgotten.
+    pub fn update(&mut self, at: Instant, now: &[(String, f64)]) -> Option<f64> {
+        let mut rate = None::<f64>;
+        for (ep, total) in now {
+            if let Some((t0, v0)) = self.last.get(ep) {
+                let dt = at.saturating_duration_since(*t0).as_secs_f64();
+                if dt > 0.0 {
+                    // A counter that went down restarted from 0 (pod restart).
+                    let delta = if *total >= *v0 { total - v0 } else { *total };
+                    *rate.get_or_insert(0.0) += delta / dt;
+                }
+            }
+        }
+        let keep: HashSet<&String> = now.iter().map(|(e, _)| e).collect();
+        self.last.retain(|k, _| keep.contains(k));
+        for (ep, total) in now {
+            self.last.insert(ep.clone(), (at, *total));
+        }
+        rate
+    }
+}
+
+/// Combine the pods read this poll into the reading (`down` failed ones).
+pub fn combine(
+    cfg: &VllmConfig,
+    up: &[PodStats],
+    down: usize,
+    arrival_rate: Option<f64>,
+) -> Result<Reading, SourceError> {
+    let waiting: f64 = up.iter().map(|p| p.waiting).sum();
+    let running: f64 = up.iter().map(|p| p.running).sum();
+    let queue = waiting + running;
+    let mut detail = BTreeMap::new();
+    detail.insert("waiting", waiting);
+    detail.insert("running", running);
+    detail.insert("pods_up", up.len() as f64);
+    detail.insert("pods_down", down as f64);
+    detail.insert("pods_total", (up.len() + down) as f64);
+    if let Some(r) = arrival_rate {
+        detail.insert("arrival_rate", r);
+    }
+    let kv: Vec<f64> = up.iter().filter_map(|p| p.kv).collect();
+    if !kv.is_empty() {
+        detail.insert("kv_cache_mean", kv.iter().sum::<f64>() / kv.len() as f64);
+    }
+    let mut value = queue;
+    if let Some(target) = cfg.kv_cache_target {
+        if kv.is_empty() {
+            return Err(SourceError::NotFound(format!(
+                "vllmKvCacheTarget is set but no pod reports {KV} (or {KV_OLD})"
+            )));
+        }
+        let kv_replicas = kv.iter().sum::<f64>() / target;
+        detail.insert("kv_replicas", kv_replicas);
+        value = value.max(kv_replicas * cfg.per_replica);
+    }
+    Ok(Reading { value, active: value > cfg.activation_value, detail })
+}
+
+pub struct VllmSource {
+    cfg: VllmConfig,
+    http: reqwest::Client,
+    kube: Arc<KubeClient>,
+    rates: Mutex<RateTracker>,
+}
+
+impl VllmSource {
+    pub fn new(cfg: VllmConfig, shared: &Shared) -> Self {
+        Self { cfg, http: shared.http.clone(), kube: shared.kube.clone(), rates: Mutex::new(RateTracker::default()) }
+    }
+
+    /// The scrape URLs of the pods this poll.
+    async fn discover(&self) -> Result<Vec<String>, SourceError> {
+        match &self.cfg.pods {
+            Pods::Endpoints { urls, .. } => Ok(urls.clone()),
+            Pods::Service { namespace, name, port } => {
+                let client = self.kube.get().await?;
+                let api: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+                    kube::Api::namespaced(client, namespace);
+                let lp = kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+                let list = tokio::time::timeout(self.cfg.scrape_timeout, api.list(&lp))
+                    .await
+                    .map_err(|_| {
+                        SourceError::Connect(format!(
+                            "listing EndpointSlices of service {namespace}/{name}: Kubernetes API timed out"
+                        ))
+                    })?
+                    .map_err(|e| {
+                        SourceError::connect(format!("listing EndpointSlices of service {namespace}/{name}: {e}"))
+                    })?;
+                Ok(slice_urls(&list.items, port))
+            }
+        }
+    }
+
+    async fn read_all(&self) -> Result<Reading, SourceError> {
+        let urls = self.discover().await?;
+        if urls.is_empty() {
+            return Err(SourceError::NotFound(match &self.cfg.pods {
+                Pods::Service { namespace, name, .. } => {
+                    format!("service {namespace}/{name} has no ready endpoint (no vLLM pod to read)")
+                }
+                Pods::Endpoints { .. } => "no endpoint".into(),
+            }));
+        }
+        let timeout = self.cfg.scrape_timeout;
+        let model = self.cfg.model.as_deref();
+        let pages = futures::future::join_all(urls.iter().map(|u| async move {
+            let url = url::Url::parse(u).map_err(SourceError::parse)?;
+            let text = exposition::fetch(&self.http, &url, timeout).await?;
+            let series = exposition::parse(&text)?;
+            pod_stats(&series, model).map_err(|why| SourceError::NotFound(format!("{}: {why}", redact_url(u))))
+        }))
+        .await;
+        let at = Instant::now();
+        let mut up = Vec::new();
+        let mut counters = Vec::new();
+        let mut errors = Vec::new();
+        for (u, r) in urls.iter().zip(pages) {
+            match r {
+                Ok(st) => {
+                    if let Some(c) = st.success {
+                        counters.push((u.clone(), c));
+                    }
+                    up.push(st);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let rate = self.rates.lock().unwrap_or_else(|e| e.into_inner()).update(at, &counters);
+        if up.is_empty() {
+            let n = urls.len();
+            let first = errors.first().map(ToString::to_string).unwrap_or_default();
+            return Err(SourceError::Connect(format!("all {n} vLLM pod(s) failed; first: {first}")));
+        }
+        if !errors.is_empty() {
+            tracing::debug!(source = %self.cfg.label(), failed = errors.len(), first = %errors[0], "some vLLM pods are down");
+        }
+        combine(&self.cfg, &up, errors.len(), rate)
+    }
+}
+
+/// Scrape URLs of the ready endpoints of these slices. An endpoint listed in several slices
+/// (dual-stack: one IPv4 and one IPv6 slice) is read once, preferring IPv4.
+pub fn slice_urls(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], port: &PortRef) -> Vec<String> {
+    let mut by_pod: BTreeMap<String, (bool, String)> = BTreeMap::new();
+    for sl in slices {
+        let ty = sl.address_type.as_str();
+        if !matches!(ty, "IPv4" | "IPv6" | "FQDN") {
+            continue;
+        }
+        let port_no = match port {
+            PortRef::Number(n) => Some(*n),
+            PortRef::Name(name) => sl
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p > 0),
+        };
+        let Some(port_no) = port_no else { continue };
+        for ep in sl.endpoints.iter().flatten() {
+            // `ready` unset means unknown, which consumers read as ready (API docs).
+            let cond = ep.conditions.as_ref();
+            let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+            let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+            if !ready || terminating {
+                continue;
+            }
+            let Some(addr) = ep.addresses.first().filter(|a| !a.is_empty()) else { continue };
+            let host = if ty == "IPv6" { format!("[{addr}]") } else { addr.clone() };
+            let url = format!("http://{host}:{port_no}/metrics");
+            let who = ep
+                .target_ref
+                .as_ref()
+                .and_then(|r| r.uid.clone().or_else(|| r.name.clone()))
+                .unwrap_or_else(|| url.clone());
+            let v4 = ty != "IPv6";
+            match by_pod.get(&who) {
+                Some((true, _)) => {}
+                Some((false, _)) if !v4 => {}
+                _ => {
+                    by_pod.insert(who, (v4, url));
+                }
+            }
+        }
+    }
+    let mut urls: Vec<String> = by_pod.into_values().map(|(_, u)| u).collect();
+    urls.sort();
+    urls.dedup();
+    urls
+}
+
+impl Source for VllmSource {
+    fn read(&self) -> BoxFuture<'_, Result<Reading, SourceError>> {
+        Box::pin(self.read_all())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ScalerId;
+
+    const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+    /// The reference sample (section 5.1), every label as vLLM writes it.
+    fn page(running: f64, waiting: f64, kv: f64, success: f64) -> String {
+        format!(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+             # TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running{{engine=\"0\",model_name=\"{MODEL}\"}} {running:.1}\n\
+             # TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting{{engine=\"0\",model_name=\"{MODEL}\"}} {waiting:.1}\n\
+             vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"{MODEL}\"}} {kv}\n\
+             vllm:generation_tokens_total{{engine=\"0\",model_name=\"{MODEL}\"}} 27453.0\n\
+             # TYPE vllm:request_success counter\n\
+             vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"{MODEL}\"}} {success:.1}\n\
+             vllm:request_success_total{{engine=\"0\",finished_reason=\"stop\",model_name=\"{MODEL}\"}} 0.0\n\
+             vllm:request_success_created{{engine=\"0\",finished_reason=\"stop\",model_name=\"{MODEL}\"}} 1.7e9\n\
+             # TYPE vllm:time_to_first_token_seconds histogram\n\
+             vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"0.1\",model_name=\"{MODEL}\"}} 140.0\n\
+             vllm:time_to_first_token_seconds_count{{engine=\"0\",model_name=\"{MODEL}\"}} 140.0\n\
+             vllm:time_to_first_token_seconds_sum{{engine=\"0\",model_name=\"{MODEL}\"}} 5.31\n"
+        )
+    }
+
+    fn stats(text: &str, model: Option<&str>) -> Result<PodStats, String> {
+        pod_stats(&exposition::parse(text).unwrap(), model)
+    }
+
+    fn md_parse(pairs: &[(&str, &str)]) -> Result<VllmConfig, crate::config::ConfigErrors> {
+        let id = ScalerId { namespace: "llm".into(), name: "so".into() };
+        let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut md = Metadata::new(&id, &map);
+        let c = VllmConfig::parse(&mut md);
+        md.finish(c)
+    }
+
+    fn cfg(kv: Option<f64>) -> VllmConfig {
+        VllmConfig {
+            pods: Pods::Endpoints { urls: vec![], shown: vec![] },
+            model: None,
+            per_replica: 16.0,
+            kv_cache_target: kv,
+            activation_value: 0.0,
+            scrape_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn reads_the_reference_sample() {
+        let st = stats(&page(8.0, 6.0, 0.765, 131.0), None).unwrap();
+        assert_eq!(st, PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: Some(131.0) });
+    }
+
+    #[test]
+    fn older_kv_name_is_the_fallback_and_engines_are_summed_or_averaged() {
+        let text = "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2.0\n\
+                    vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 3.0\n\
+                    vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 1.0\n\
+                    vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n\
+                    vllm:gpu_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.7\n";
+        let st = stats(text, None).unwrap();
+        assert_eq!((st.running, st.waiting), (5.0, 1.0));
+        assert!((st.kv.unwrap() - 0.6).abs() < 1e-12);
+        assert_eq!(st.success, None);
+        // Both names present: the current one wins.
+        let both = format!("{text}vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"m\"}} 0.1\n");
+        assert_eq!(stats(&both, None).unwrap().kv, Some(0.1));
+    }
+
+    #[test]
+    fn model_filter() {
+        let text = format!(
+            "{}vllm:num_requests_waiting{{engine=\"0\",model_name=\"other\"}} 100.0\n",
+            page(8.0, 6.0, 0.5, 1.0)
+        );
+        assert_eq!(stats(&text, None).unwrap().waiting, 106.0);
+        assert_eq!(stats(&text, Some(MODEL)).unwrap().waiting, 6.0);
+        assert_eq!(stats(&text, Some("other")).unwrap().waiting, 100.0);
+        let e = stats(&text, Some("missing")).unwrap_err();
+        assert!(e.contains("model_name \"missing\""), "{e}");
+        assert!(stats("up 1\n", None).unwrap_err().contains("not a vLLM"));
+    }
+
+    #[test]
+    fn counter_rate_and_reset() {
+        let mut r = RateTracker::default();
+        let t0 = Instant::now();
+        let a = |v: f64| ("a".to_string(), v);
+        let b = |v: f64| ("b".to_string(), v);
+        assert_eq!(r.update(t0, &[a(100.0), b(10.0)]), None, "no rate on the first poll");
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(r.update(t1, &[a(110.0), b(14.0)]), Some(7.0));
+        // b restarted (counter went down to 3): counts 3 since the restart.
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(r.update(t2, &[a(110.0), b(3.0)]), Some(3.0));
+        // a gone: forgotten; when it comes back it has no previous value.
+        let t3 = t2 + Duration::from_secs(1);
+        assert_eq!(r.update(t3, &[b(4.0)]), Some(1.0));
+        let t4 = t3 + Duration::from_secs(1);
+        assert_eq!(r.update(t4, &[a(500.0), b(4.0)]), Some(0.0));
+    }
+
+    #[test]
+    fn combine_sums_pods_and_marks_degraded() {
+        let p1 = PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: None };
+        let p2 = PodStats { waiting: 10.0, running: 20.0, kv: Some(0.235), success: None };
+        let r = combine(&cfg(None), &[p1.clone(), p2.clone()], 0, Some(2.5)).unwrap();
+        assert_eq!(r.value, 44.0);
+        assert!(r.active);
+        assert_eq!(r.detail["pods_up"], 2.0);
+        assert_eq!(r.detail["pods_down"], 0.0);
+        assert_eq!(r.detail["arrival_rate"], 2.5);
+        assert!((r.detail["kv_cache_mean"] - 0.5).abs() < 1e-12);
+        let r = combine(&cfg(None), &[p1.clone()], 1, None).unwrap();
+        assert_eq!((r.value, r.detail["pods_down"], r.detail["pods_total"]), (14.0, 1.0, 2.0));
+        assert!(!r.detail.contains_key("arrival_rate"));
+        // KV: (0.765 + 0.235) / 0.25 = 4 replicas → 64 in per-replica units > queue 44.
+        let r = combine(&cfg(Some(0.25)), &[p1.clone(), p2.clone()], 0, None).unwrap();
+        assert!((r.value - 64.0).abs() < 1e-9, "{}", r.value);
+        assert!((r.detail["kv_replicas"] - 4.0).abs() < 1e-9);
+        // KV below the queue: the queue drives.
+        let r = combine(&cfg(Some(0.9)), &[p1.clone(), p2], 0, None).unwrap();
+        assert_eq!(r.value, 44.0);
+        // KV target without any KV series: an error, not a silent queue-only value.
+        let p3 = PodStats { kv: None, ..p1 };
+        assert!(matches!(combine(&cfg(Some(0.8)), &[p3], 0, None), Err(SourceError::NotFound(_))));
+    }
+
+    #[test]
+    fn activation() {
+        let mut c = cfg(None);
+        c.activation_value = 14.0;
+        let p = PodStats { waiting: 6.0, running: 8.0, ..Default::default() };
+        assert!(!combine(&c, &[p.clone()], 0, None).unwrap().active);
+        c.activation_value = 13.5;
+        assert!(combine(&c, &[p], 0, None).unwrap().active);
+    }
+
+    #[test]
+    fn config_endpoints_and_defaults() {
+        let c = md_parse(&[("vllmEndpoints", "10.0.0.1:8000, http://u:secret@10.0.0.2:9000/m")]).unwrap();
+        assert_eq!(c.per_replica, 16.0);
+        let Pods::Endpoints { urls, shown } = &c.pods else { panic!() };
+        assert_eq!(urls, &["http://10.0.0.1:8000/metrics", "http://u:secret@10.0.0.2:9000/m"]);
+        assert!(!shown.join(",").contains("secret"));
+        assert!(!c.label().contains("secret"));
+        assert_eq!(c.scrape_timeout, Duration::from_millis(1500));
+        let c = md_parse(&[("vllmService", "llama"), ("vllmPort", "http"), ("sourceTimeoutSeconds", "4")]).unwrap();
+        assert_eq!(c.scrape_timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.pods,
+            Pods::Service { namespace: "llm".into(), name: "llama".into(), port: PortRef::Name("http".into()) }
+        );
+    }
+
+    #[test]
+    fn config_errors_name_the_key() {
+        let e = md_parse(&[("vllmEndpoints", "h:1"), ("vllmService", "s")]).unwrap_err();
+        assert!(e.to_string().contains("vllmEndpoints or vllmService"), "{e}");
+        let e = md_parse(&[("vllmModel", "m")]).unwrap_err();
+        assert_eq!(e.0[0].key, "vllmEndpoints");
+        for (k, v) in
+            [("vllmKvCacheTarget", "80"), ("vllmKvCacheTarget", "0"), ("vllmPerReplica", "0"), ("vllmPort", "0")]
+        {
+            let e = md_parse(&[("vllmService", "s"), (k, v)]).unwrap_err();
+            assert!(e.0.iter().any(|x| x.key == k), "{k}={v}: {e}");
+        }
+        let e = md_parse(&[("vllmService", "Bad_Name")]).unwrap_err();
+        assert_eq!(e.0[0].key, "vllmService");
+        let e = md_parse(&[("vllmEndpoints", "amqp://h:1")]).unwrap_err();
+        assert_eq!(e.0[0].key, "vllmEndpoints");
+        let e = md_parse(&[("vllmEndpoints", "h:1"), ("vllmPort", "8000")]).unwrap_err();
+        assert_eq!(e.0[0].key, "vllmPort");
+    }
+
+    fn slice(
+        ty: &str,
+        port_name: &str,
+        port: i32,
+        eps: serde_json::Value,
+    ) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "s", "namespace": "llm", "labels": {"kubernetes.io/service-name": "llama"}},
+            "addressType": ty,
+            "endpoints": eps,
+            "ports": [{"name": port_name, "port": port, "protocol": "TCP"}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn endpoint_slices_ready_only_and_dual_stack_once() {
+        let v4 = slice(
+            "IPv4",
+            "http",
+            8000,
+            serde_json::json!([
+                {"addresses": ["10.0.0.1"], "conditions": {"ready": true, "serving": true, "terminating": false},
+                 "targetRef": {"kind": "Pod", "name": "llama-0", "namespace": "llm", "uid": "u0"}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": false, "terminating": false},
+                 "targetRef": {"kind": "Pod", "name": "llama-1", "namespace": "llm", "uid": "u1"}},
+                {"addresses": ["10.0.0.3"], "conditions": {},
+                 "targetRef": {"kind": "Pod", "name": "llama-2", "namespace": "llm", "uid": "u2"}}
+            ]),
+        );
+        let v6 = slice(
+            "IPv6",
+            "http",
+            8000,
+            serde_json::json!([
+                {"addresses": ["fd00::1"], "conditions": {"ready": true},
+                 "targetRef": {"kind": "Pod", "name": "llama-0", "namespace": "llm", "uid": "u0"}}
+            ]),
+        );
+        let urls = slice_urls(&[v6.clone(), v4.clone()], &PortRef::Name("http".into()));
+        assert_eq!(urls, ["http://10.0.0.1:8000/metrics", "http://10.0.0.3:8000/metrics"]);
+        assert!(slice_urls(&[v4.clone()], &PortRef::Name("metrics".into())).is_empty());
+        assert_eq!(slice_urls(&[v4], &PortRef::Number(9000))[0], "http://10.0.0.1:9000/metrics");
+        assert_eq!(slice_urls(&[v6], &PortRef::Number(8000)), ["http://[fd00::1]:8000/metrics"]);
+    }
+}
