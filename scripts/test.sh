@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/build-deps.sh
 eval "$(scripts/services.sh)"
 cargo test --workspace --locked
+scripts/check-chart.sh

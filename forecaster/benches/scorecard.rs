@@ -170,7 +170,69 @@ fn main() {
         if all3 { "pass" } else { "FAIL" }
     );
 
+    if std::env::var_os("PRESCALE_VARIANTS").is_some() {
+        variants(&dir);
+    }
     latency_bench();
+}
+
+/// Robustness: the same 15 scenarios on shifted and scaled copies of the dev traces (drop
+/// the first 2 days of rate series / first 10 min of request logs; rates ×0.3 and ×3 with
+/// capacity unchanged). Prints rules 1 and 2 per variant (rule 3 is specific to the
+/// unmodified 14-day trace).
+fn variants(dir: &std::path::Path) {
+    for (label, skip_rate_s, skip_log_s, scale) in
+        [("drop-start", 2 * 86400usize, 600usize, 1.0), ("x0.3", 0, 0, 0.3), ("x3", 0, 0, 3.0)]
+    {
+        let (mut all1, mut pm, mut rm, mut n, mut fails) = (true, 0.0f64, 0.0f64, 0.0f64, Vec::new());
+        for (stem, cap, slo) in DEV {
+            let Ok(text) = std::fs::read_to_string(dir.join(format!("{stem}.csv"))) else {
+                continue;
+            };
+            let Ok(mut trace) = parse_trace(&text) else {
+                continue;
+            };
+            let skip = if stem.starts_with("azure") { skip_log_s } else { skip_rate_s };
+            trace.arrivals.drain(..skip.min(trace.arrivals.len()));
+            for a in trace.arrivals.iter_mut() {
+                *a *= scale;
+            }
+            for w in WARMUPS {
+                let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
+                let mut pre = PrescalePolicy::new(&sc).expect("valid scenario");
+                let p = simulate(&trace, &sc, &mut pre, None);
+                let mut rea = ReactivePolicy::new(&sc);
+                let r = simulate(&trace, &sc, &mut rea, None);
+                let ok = p.score.slo_attainment >= r.score.slo_attainment - 1e-12
+                    && p.score.gpu_hours <= r.score.gpu_hours + 1e-12;
+                if !ok {
+                    fails.push(format!(
+                        "{stem} W={w}: pre {:.3}% {:.1} GPUh vs rea {:.3}% {:.1} GPUh",
+                        100.0 * p.score.slo_attainment,
+                        p.score.gpu_hours,
+                        100.0 * r.score.slo_attainment,
+                        r.score.gpu_hours
+                    ));
+                }
+                all1 &= ok;
+                pm += 1.0 - p.score.slo_attainment;
+                rm += 1.0 - r.score.slo_attainment;
+                n += 1.0;
+            }
+        }
+        let (pm, rm) = (pm / n.max(1.0), rm / n.max(1.0));
+        println!(
+            "variant {label}: rule 1 {} ; rule 2 mean miss {:.3}% vs reactive {:.3}% (limit {:.3}%) {}",
+            if all1 { "pass" } else { "FAIL" },
+            100.0 * pm,
+            100.0 * rm,
+            100.0 * rm / 3.0,
+            if pm <= rm / 3.0 + 1e-12 { "pass" } else { "FAIL" }
+        );
+        for f in fails {
+            println!("    rule 1 fails: {f}");
+        }
+    }
 }
 
 /// Time one `plan` (+ the 15 one-second samples before it) on a planner that has seen 14

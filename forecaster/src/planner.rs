@@ -11,7 +11,19 @@
 //!   series): between change points the demand is known exactly and headroom is only needed
 //!   when a change point falls inside the horizon;
 //! - keeps an idle-gap histogram plus a daily activity profile to decide scale-to-zero and
-//!   wake-up (hybrid-histogram keep-alive with the ski-rental break-even W).
+//!   wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
+//! - learns its safety margin from the misses it would have had (Autopilot): a
+//!   counterfactual replays ~100 candidate policies on the same arrivals with the fleet rules
+//!   of REPLAY.md (ratio quantile of the forecast × wake threshold on P(arrival), or a standing
+//!   level: multiple of the slow mean rate or share of a decaying peak of `x`), each with its
+//!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
+//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]);
+//! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
+//!   runs on the same arrivals, and candidates costing more than it (corrected for the
+//!   planner's measured overhead over the bare candidate, with integral feedback on its own
+//!   spend) are not eligible;
+//! - drains a backlog sized for when new replicas are ready (today's backlog plus the
+//!   shortfall over W) over max(SLO, W/10).
 //!
 //! Pure and deterministic: time is always an argument; memory is bounded (see
 //! [`Planner::approx_heap_bytes`]).
@@ -96,7 +108,8 @@ pub struct PlannerConfig {
     pub max_replicas: u32,
     pub scale_to_zero: bool,
     pub model: ForecastModel,
-    /// Upper quantile the peak demand is planned at.
+    /// Upper quantile of the forecast reported in the summary of the raw forecast (the
+    /// margin actually planned is learned by the counterfactual; see the module docs).
     pub quantile: f64,
 }
 
@@ -345,6 +358,9 @@ impl GridDetector {
 
 /// Candidate upper quantiles of the forecast-error ratio.
 const CF_QS: [f64; 8] = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995];
+/// Margin candidates.
+const CF_NQ: usize = CF_QS.len();
+
 /// Candidate wake thresholds on P(arrival within W + I) (∞ = never wake ahead).
 const CF_WAKES: [f64; 11] = [0.05, 0.15, 0.3, 0.5, 0.8, 0.05, 0.15, 0.3, 0.5, 0.8, f64::INFINITY];
 /// Wake candidates from this index on wake with the high (q0.9) first-interval demand, the
@@ -358,9 +374,9 @@ const CF_LEVELS: [f64; 8] = [0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
 /// peak, half-life index into `PEAK_HALF_LIVES_S`) — Autopilot's peak recommender.
 const CF_PEAKS: [(f64, usize); 6] = [(0.5, 0), (0.75, 0), (1.0, 0), (0.5, 1), (0.75, 1), (1.0, 1)];
 const PEAK_HALF_LIVES_S: [f64; 2] = [900.0, 3600.0];
-const CF_N: usize = CF_QS.len() * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len();
+const CF_N: usize = CF_NQ * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len();
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
-const CF_ORDERS_CAP: usize = 160;
+const CF_ORDERS_CAP: usize = 128;
 /// Half-life of the counterfactual evidence, seconds.
 const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
 /// Exponent of the budget feedback per decision.
@@ -370,8 +386,12 @@ const DRAIN_W_SHARE: f64 = 0.1;
 /// Time constant of the slow mean rate behind the standing levels, seconds.
 const LEVEL_TAU_S: f64 = 1800.0;
 /// Price of one request served late, in seconds of one replica's service time (1/μ): the
-/// planner accepts paying up to this many service-times of idle capacity to avoid a miss.
-pub const MISS_PRICE_SERVICE_TIMES: f64 = 100.0;
+/// planner accepts paying up to this many service-times of idle capacity to avoid a miss
+/// (newsvendor reading: provision a replica when P(it is needed) > 1/150, i.e. plan near
+/// the 99.3 % quantile), within the budget of the reactive shadow.
+pub const MISS_PRICE_SERVICE_TIMES: f64 = 150.0;
+/// Seconds of counterfactual evidence before the planner follows its choice.
+const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
 /// What the planner knew at one decision: enough to recompute the capacity every candidate
 /// margin would have ordered.
@@ -405,7 +425,7 @@ struct Cand {
 impl Cand {
     fn from_index(i: usize) -> Cand {
         let nw = CF_WAKES.len();
-        let nf = CF_QS.len() * nw;
+        let nf = CF_NQ * nw;
         if i < nf {
             Cand { q: i / nw, wake: i % nw, level: 0 }
         } else {
@@ -419,14 +439,17 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
     if c.level > 0 && s.regime != Regime::GridSteady {
         // A standing level replaces the forecast: chasing bursts shorter than W only pays
         // warm-ups for capacity that arrives after the burst.
-        if c.level < CF_LEVELS.len() {
-            return CF_LEVELS[c.level] * s.level;
-        }
-        let (k, h) = CF_PEAKS[c.level - CF_LEVELS.len()];
-        return k * s.peak[h];
+        let v = if c.level < CF_LEVELS.len() {
+            CF_LEVELS[c.level] * s.level
+        } else {
+            let (k, h) = CF_PEAKS[c.level - CF_LEVELS.len()];
+            k * s.peak[h]
+        };
+        // A level decayed to crumbs is no reason to keep a replica.
+        return if v < eps { 0.0 } else { v };
     }
-    let u = match s.regime {
-        Regime::GridSteady => return s.current,
+    match s.regime {
+        Regime::GridSteady => s.current,
         Regime::Idle => {
             if s.p_arrival >= CF_WAKES[c.wake] {
                 let wake = if c.wake >= CF_WAKE_HI_FROM { s.wake_rate } else { s.wake_rate_lo };
@@ -438,8 +461,7 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
         Regime::Generic | Regime::GridChange => {
             ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q])
         }
-    };
-    u
+    }
 }
 
 /// Counterfactual replay of every candidate margin: each candidate's fleet follows the
@@ -519,8 +541,8 @@ impl Counterfactual {
         if self.orders.len() == CF_ORDERS_CAP {
             // Out of room (very long W): the oldest order is made ready early.
             if let Some((_, o)) = self.orders.pop_front() {
-                for i in 0..CF_N {
-                    self.ready[i] = self.ready[i].max(o[i]);
+                for (r, &x) in self.ready.iter_mut().zip(o.iter()) {
+                    *r = (*r).max(x);
                 }
             }
         }
@@ -534,8 +556,8 @@ impl Counterfactual {
         while let Some(&(t, r)) = self.orders.front() {
             if t + w <= t0 + 1e-9 {
                 self.orders.pop_front();
-                for i in 0..CF_N {
-                    self.ready[i] = self.ready[i].max(r[i]).min(self.reps[i]);
+                for ((rd, &x), &paid) in self.ready.iter_mut().zip(r.iter()).zip(self.reps.iter()) {
+                    *rd = (*rd).max(x).min(paid);
                 }
             } else {
                 break;
@@ -877,6 +899,18 @@ impl Planner {
         self.w
     }
 
+    /// Replace the warm-up (e.g. with a distribution measured from the cluster), keeping
+    /// all history. Used by `serve` for `warmupSeconds: auto`.
+    pub fn set_warmup(&mut self, warmup: WarmupDist) -> Result<(), PlannerError> {
+        let w = warmup.planned();
+        if !w.is_finite() {
+            return Err(PlannerError::Warmup(w));
+        }
+        self.w = w;
+        self.cfg.warmup = warmup;
+        Ok(())
+    }
+
     fn horizon(&self) -> f64 {
         self.w + self.cfg.interval_s
     }
@@ -1084,6 +1118,25 @@ impl Planner {
         }
         // New forecast from t_end.
         self.forecast_from(t_end);
+        self.feed_counterfactuals(t_end);
+    }
+
+    /// Place the candidates' and the reactive shadow's orders for the decision at `t` (one
+    /// per interval, whether or not `plan` is asked then).
+    fn feed_counterfactuals(&mut self, t: f64) {
+        let Some(fc) = self.cached.clone() else {
+            return;
+        };
+        let mu = self.cfg.capacity;
+        let n0 = self.first_n.unwrap_or(0);
+        let snap = self.order_snap(t, &fc);
+        let spacing = (self.w / (CF_ORDERS_CAP as f64 - 32.0)).max(self.cfg.interval_s);
+        let max_r = self.cfg.max_replicas;
+        let slo = self.cfg.slo_s;
+        self.cf.push(&snap, spacing, self.w, mu, slo, 0.05 * mu, max_r as f64, n0);
+        let rate60 = self.history.mass_between(t - 60.0, t) / 60.0;
+        let active_recent = self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
+        self.shadow.decide(t, n0, rate60, active_recent, mu, slo, self.w, max_r);
     }
 
     fn feed_step(&mut self, step: i64, peak: f64, active: bool) {
@@ -1300,14 +1353,10 @@ impl Planner {
             }
         }
         let mu = self.cfg.capacity;
-        let wake_rate =
-            self.wake_level.quantile(0.9).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu);
-        let wake_rate_lo =
-            self.wake_level.quantile(0.5).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu);
+        let wake_at = |q: f64| {
+            self.wake_level.quantile(q).map(|l| self.replicas_for(l.exp() * mu).max(1) as f64 * mu).unwrap_or(mu)
+        };
         OrderSnap {
-            peak: self.peak,
-            rate: self.rate_1m,
-            wake_rate_lo,
             t,
             regime,
             current: fc.current,
@@ -1315,54 +1364,40 @@ impl Planner {
             lr,
             mix,
             p_arrival: self.p_arrival(t),
-            wake_rate,
+            wake_rate: wake_at(0.9),
+            wake_rate_lo: wake_at(0.5),
             level: self.slow_level(),
+            rate: self.rate_1m,
+            peak: self.peak,
         }
     }
 
     fn cf_warm(&self) -> bool {
-        self.cf.seen_s >= self.horizon() + 120.0
+        self.cf.seen_s >= (self.horizon() + 120.0).max(CF_MIN_EVIDENCE_S)
     }
 
-    /// The candidate margin in force: the counterfactual's best once it has seen enough,
-    /// else the configured quantile with no standing level.
+    /// The candidate margin in force: the counterfactual's best once it has seen enough;
+    /// before that, the conservative default (hold the recent peak of the effective demand).
     fn chosen_candidate(&mut self) -> Cand {
-        if self.cf_warm() {
-            let price = std::env::var("PRESCALE_PRICE")
-                .ok()
-                .and_then(|x| x.parse::<f64>().ok())
-                .unwrap_or(MISS_PRICE_SERVICE_TIMES)
-                / self.cfg.capacity;
-            let bf: f64 = std::env::var("PRESCALE_BUDGET").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
-            // Budget: what the reactive shadow spent, scaled by a factor that integral
-            // feedback keeps where the planner's own spend (which adds the hold, the drain
-            // and the learning phase to the bare candidate) matches the shadow's.
-            if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
-                let ratio = self.shadow.cost / self.own_cost;
-                let gr: f64 =
-                    std::env::var("PRESCALE_GR").ok().and_then(|x| x.parse().ok()).unwrap_or(BUDGET_GAIN_RATE);
-                self.budget_gain = (self.budget_gain * ratio.powf(gr)).clamp(0.2, 1.0);
-            }
-            let oc: f64 = std::env::var("PRESCALE_OVH").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
-            let overhead =
-                if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(1.0, oc) } else { 1.0 };
-            let budget = if bf > 0.0 { bf * self.budget_gain * self.shadow.cost / overhead } else { f64::INFINITY };
-            let i = self.cf.best(price, self.cand_idx, budget);
-            self.cand_idx = Some(i);
-            Cand::from_index(i)
-        } else {
-            let q = CF_QS
-                .iter()
-                .enumerate()
-                .min_by(|x, y| (x.1 - self.cfg.quantile).abs().total_cmp(&(y.1 - self.cfg.quantile).abs()))
-                .map(|x| x.0)
-                .unwrap_or(CF_QS.len() - 2);
-            Cand {
-                q: std::env::var("PRESCALE_Q0").ok().and_then(|x| x.parse::<usize>().ok()).unwrap_or(q),
-                wake: 7,
-                level: 0,
-            }
+        if !self.cf_warm() {
+            return Cand::from_index(CF_N - 1);
         }
+        let price = MISS_PRICE_SERVICE_TIMES / self.cfg.capacity;
+        // Budget: the reactive shadow's spend. The candidates' counterfactual cost misses
+        // what the real planner adds to them (hold, drain from the real backlog, learning
+        // phase), so it is divided by the measured overhead own/followed, and an integral
+        // feedback on own vs shadow spend trims it further when the planner still spends more
+        // than the status quo would have.
+        if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
+            let ratio = self.shadow.cost / self.own_cost;
+            self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(0.2, 1.0);
+        }
+        let overhead =
+            if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(1.0, 2.0) } else { 1.0 };
+        let budget = self.budget_gain * self.shadow.cost / overhead;
+        let i = self.cf.best(price, self.cand_idx, budget);
+        self.cand_idx = Some(i);
+        Cand::from_index(i)
     }
 
     fn replicas_for(&self, rate: f64) -> u32 {
@@ -1377,6 +1412,8 @@ impl Planner {
     /// Decide the desired replica count at `t` given the current fleet.
     pub fn plan(&mut self, t_s: f64, ready: u32, warming: u32) -> Decision {
         let t = if t_s.is_finite() { t_s.max(0.0) } else { 0.0 };
+        let n = ready.saturating_add(warming);
+        self.first_n.get_or_insert(n);
         if self.last_t.map(|l| t >= l).unwrap_or(true) {
             self.close_intervals_before(t);
         }
@@ -1392,51 +1429,18 @@ impl Planner {
             weights: vec![0.0; MEMBERS],
             next_change_s: None,
         });
-        let n = ready.saturating_add(warming);
         let mu = self.cfg.capacity;
         let snap = self.order_snap(t, &fc);
-        let spacing = (self.w / (CF_ORDERS_CAP as f64 - 32.0)).max(self.cfg.interval_s);
-        let max_r = self.cfg.max_replicas as f64;
-        let slo = self.cfg.slo_s;
-        self.cf.push(&snap, spacing, self.w, mu, slo, 0.05 * mu, max_r, n);
-        {
-            let rate60 = self.history.mass_between(t - 60.0, t) / 60.0;
-            let active_recent =
-                self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
-            let max_r = self.cfg.max_replicas;
-            self.shadow.decide(t, n, rate60, active_recent, mu, self.cfg.slo_s, self.w, max_r);
-        }
         let cand = self.chosen_candidate();
-        if std::env::var_os("PRESCALE_DUMP").is_some() && (t as u64) == 1200000 {
-            for i in 0..CF_N {
-                let c = Cand::from_index(i);
-                if c.level == 0 && (c.q == 3 || c.q == 6) {
-                    eprintln!("dump t={t} {c:?} cost={:.0} late={:.1}", self.cf.cost[i], self.cf.late[i]);
-                }
-            }
-        }
-        if std::env::var_os("PRESCALE_DIAG").is_some()
-            && ((t as u64) % 600 == 0 || std::env::var_os("PRESCALE_DIAG_ALL").is_some())
-        {
-            let bi = self.cf.best(MISS_PRICE_SERVICE_TIMES / mu, None, f64::INFINITY);
-            eprintln!(
-                "diag t={t} own={:.0} fol={:.0} shadow_cost={:.0} shadow_late={:.1} cand={cand:?} seen={:.0} cost={:.0} late={:.1} regime={:?} cur={:.2} pt={:.2} lvl={:.2} up={:.2}",
-                self.own_cost, self.followed_cf_cost, self.shadow.cost, self.shadow.late, self.cf.seen_s, self.cf.cost[bi], self.cf.late[bi], snap.regime, snap.current, snap.point, snap.level,
-                cand_upper(&snap, cand, 0.05 * mu)
-            );
-        }
         fc.upper = cand_upper(&snap, cand, 0.05 * mu);
         fc.quantile = CF_QS[cand.q];
         let b = self.last_backlog;
-        // Backlog drain: replicas started now help only after W, so spread the drain over
-        // max(slo, W/2) rather than the SLO alone (which would chase every second of backlog).
-        // The backlog to drain is the one there will be when replicas ordered now are
-        // ready: today's plus what the ready fleet falls short of the arrival rate over W.
+        // Backlog drain: replicas started now help only after W, so the backlog to drain is
+        // the one there will be then: today's plus what the ready fleet falls short of the
+        // arrival rate over W; it is drained over max(SLO, W/10) once the replicas are ready.
         let short = (self.rate_1m - ready as f64 * mu).max(0.0);
-        let pf: f64 = std::env::var("PRESCALE_PROJ").ok().and_then(|x| x.parse().ok()).unwrap_or(1.0);
-        let dd: f64 = std::env::var("PRESCALE_DD").ok().and_then(|x| x.parse().ok()).unwrap_or(DRAIN_W_SHARE);
-        let b_proj = if b > 0.0 { b + pf * short * self.w } else { b };
-        let drain = b_proj / self.cfg.slo_s.max(dd * self.w).max(1.0);
+        let b_proj = if b > 0.0 { b + short * self.w } else { b };
+        let drain = b_proj / self.cfg.slo_s.max(DRAIN_W_SHARE * self.w).max(1.0);
         let recent_arrival =
             self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };
@@ -1458,12 +1462,8 @@ impl Planner {
             // Ski-rental break-even: a replica released now and needed again within W costs
             // more than keeping it, so without exact knowledge of the future (no grid) hold
             // the largest need of the last W seconds. Between grid change points the future
-            // is known and no hold is needed.
-            let hold_s = if self.grid.period().is_some() {
-                0.0
-            } else {
-                std::env::var("PRESCALE_HOLD").ok().and_then(|x| x.parse::<f64>().ok()).unwrap_or(1.0) * self.w
-            };
+            // is known and no hold is needed; a standing level is its own hold.
+            let hold_s = if self.grid.period().is_some() || cand.level > 0 { 0.0 } else { self.w };
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
                     self.recent_need.pop_front();
@@ -1523,8 +1523,8 @@ impl Planner {
         desired = desired.max(busy_floor);
         // Until the counterfactual has evidence, the fleet we were handed is kept: shedding it
         // on no data is a bet the planner cannot yet price.
-        let first_n = *self.first_n.get_or_insert(n);
-        if !self.cf_warm() && std::env::var_os("PRESCALE_NOKEEP").is_none() {
+        let first_n = self.first_n.unwrap_or(n);
+        if !self.cf_warm() {
             desired = desired.max(first_n);
         }
         if !self.cfg.scale_to_zero {
@@ -1592,5 +1592,147 @@ impl Planner {
             + self.shadow.warming.capacity() * 16
             + self.shadow.kept.capacity() * 16
             + self.cached.as_ref().map(|c| c.weights.capacity() * 8).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracle::scenario_defaults;
+    use crate::reactive::ReactivePolicy;
+    use crate::sim::simulate;
+    use crate::trace::{Trace, TraceKind};
+    use crate::PrescalePolicy;
+
+    fn snap_at(t: f64, current: f64) -> OrderSnap {
+        OrderSnap {
+            t,
+            regime: Regime::GridSteady,
+            current,
+            point: current,
+            lr: [0.0; CF_QS.len()],
+            mix: [0.0; CF_QS.len()],
+            p_arrival: 0.0,
+            wake_rate: 0.0,
+            wake_rate_lo: 0.0,
+            level: 0.0,
+            rate: current,
+            peak: [0.0; 2],
+        }
+    }
+
+    #[test]
+    fn candidate_indices_are_distinct_and_cover_all_margins() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..CF_N {
+            let c = Cand::from_index(i);
+            assert!(seen.insert((c.q, c.wake, c.level)), "duplicate {c:?}");
+            assert!(c.q < CF_QS.len() && c.wake < CF_WAKES.len());
+            assert!(c.level < CF_LEVELS.len() + CF_PEAKS.len());
+        }
+        // The default (no evidence) is the most conservative standing level: the recent peak.
+        let d = Cand::from_index(CF_N - 1);
+        assert_eq!(CF_PEAKS[d.level - CF_LEVELS.len()], (1.0, 1));
+    }
+
+    #[test]
+    fn counterfactual_fleet_follows_the_replay_rules() {
+        // W = 60, μ = 1: an order for 5 serves from +60 s, is paid at once; a smaller order
+        // removes replicas at once (the warming ones never serve).
+        let mut cf = Counterfactual::new();
+        let (w, mu, slo) = (60.0, 1.0, 5.0);
+        cf.push(&snap_at(0.0, 5.0), 15.0, w, mu, slo, 0.05, 100.0, 0);
+        for s in 0..60 {
+            cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
+        }
+        assert_eq!(cf.reps[0], 5, "paid while warming");
+        assert_eq!(cf.ready[0], 0, "not ready before W");
+        cf.observe(60.0, 1.0, 0.0, w, mu, slo);
+        assert_eq!(cf.ready[0], 5, "ready at W");
+        // Scale up to 8 then back to 6 while the 3 extra are warming: 6 serve at once, and
+        // when the order for 8 matures only 6 remain.
+        for s in 61..75 {
+            cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
+        }
+        cf.push(&snap_at(75.0, 8.0), 15.0, w, mu, slo, 0.05, 100.0, 0);
+        for s in 75..90 {
+            cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
+        }
+        assert_eq!((cf.reps[0], cf.ready[0]), (8, 5));
+        cf.push(&snap_at(90.0, 6.0), 15.0, w, mu, slo, 0.05, 100.0, 0);
+        assert_eq!((cf.reps[0], cf.ready[0]), (6, 5));
+        for s in 90..200 {
+            cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
+        }
+        assert_eq!((cf.reps[0], cf.ready[0]), (6, 6));
+        // Paid: 5 × 75 s + 8 × 15 s + 6 × 110 s; no late mass without arrivals.
+        assert!(cf.late.iter().all(|&l| l == 0.0));
+        // (Evidence decays with a 2-day half-life: 200 s shave ~0.1 %.)
+        assert!((cf.cost[0] - 1155.0).abs() < 2.0, "cost {}", cf.cost[0]);
+        // Arrivals beyond capacity are late once the backlog exceeds capacity × SLO.
+        cf.observe(200.0, 1.0, 6.0 + 6.0 * 5.0 + 1.0, w, mu, slo);
+        assert!(cf.late[0] > 0.0);
+    }
+
+    /// A request log with a burst of `size` requests every `every` seconds (1 s long).
+    fn bursty(len: usize, every: usize, size: f64) -> Trace {
+        let mut a = vec![0.0; len];
+        for (s, x) in a.iter_mut().enumerate() {
+            if s % every == 7 {
+                *x = size;
+            } else if s % 3 == 0 {
+                *x = 1.0;
+            }
+        }
+        let requests = a.iter().sum::<f64>() as u64;
+        Trace { arrivals: a, kind: TraceKind::RequestLog { requests }, t0_label: String::new() }
+    }
+
+    #[test]
+    fn reactive_shadow_tracks_the_reference_policy() {
+        // The shadow replays the REPLAY.md reactive rules on its own fleet: its cost must be
+        // close to the reference policy's on the same arrivals.
+        let trace = bursty(4 * 3600, 240, 60.0);
+        let sc = scenario_defaults(&trace, 1.0, 120, 5.0, 15, 0, None, None);
+        let mut pre = PrescalePolicy::new(&sc).unwrap();
+        simulate(&trace, &sc, &mut pre, None);
+        let mut rea = ReactivePolicy::new(&sc);
+        let r = simulate(&trace, &sc, &mut rea, None);
+        let shadow = pre.planner().shadow.cost;
+        // The shadow's cost is decayed (half-life 2 days): undo it only approximately.
+        let ratio = shadow / r.score.replica_seconds;
+        assert!((0.9..1.05).contains(&ratio), "shadow/reactive cost {ratio:.3}");
+    }
+
+    #[test]
+    fn periodic_bursts_cost_less_than_reactive_at_close_attainment() {
+        const BURST: f64 = 30.0;
+        // Bursts of 30 requests (μ = 1, SLO 5 s: 6 replicas to serve one in time) every
+        // 4 minutes, W = 120 s: capacity ordered after a burst arrives after it is over, so
+        // covering them means a standing level; the counterfactual prices that against the
+        // late mass and the reactive budget.
+        let trace = bursty(4 * 3600, 240, BURST);
+        let sc = scenario_defaults(&trace, 1.0, 120, 5.0, 15, 0, None, None);
+        let mut pre = PrescalePolicy::new(&sc).unwrap();
+        let p = simulate(&trace, &sc, &mut pre, None);
+        let mut rea = ReactivePolicy::new(&sc);
+        let r = simulate(&trace, &sc, &mut rea, None);
+        // Not a dominance claim on this toy (reactive's 300-s stabilisation is longer than
+        // the 240-s burst period, so it keeps burst capacity for free): prescale trades at
+        // most a little attainment for a clearly smaller bill.
+        assert!(
+            p.score.slo_attainment > r.score.slo_attainment - 0.02,
+            "prescale {} ({} GPUh) vs reactive {} ({} GPUh)",
+            p.score.slo_attainment,
+            p.score.gpu_hours,
+            r.score.slo_attainment,
+            r.score.gpu_hours
+        );
+        assert!(
+            p.score.gpu_hours <= r.score.gpu_hours * 0.9,
+            "prescale {} GPUh vs reactive {}",
+            p.score.gpu_hours,
+            r.score.gpu_hours
+        );
     }
 }

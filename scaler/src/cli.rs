@@ -104,6 +104,27 @@ pub struct ServeArgs {
     /// Drop a ScaledObject not asked about for this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub idle_drop_seconds: f64,
+    /// Serve the Kubernetes external metrics API (HTTPS) on this address, e.g. 0.0.0.0:6443.
+    #[arg(long, requires_all = ["external_metrics_config", "external_metrics_cert", "external_metrics_key"])]
+    pub external_metrics_addr: Option<SocketAddr>,
+    /// YAML naming the metrics: `metrics: [{name, labels?, metadata: {…trigger metadata…}}]`.
+    #[arg(long)]
+    pub external_metrics_config: Option<PathBuf>,
+    /// PEM serving certificate for the external metrics API (re-read when it changes).
+    #[arg(long)]
+    pub external_metrics_cert: Option<PathBuf>,
+    /// PEM private key for the external metrics API (re-read when it changes).
+    #[arg(long)]
+    pub external_metrics_key: Option<PathBuf>,
+    /// Front-proxy (request-header) CA file; default: the kube-system/extension-apiserver-authentication ConfigMap.
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Allowed front-proxy certificate CNs (comma-separated); empty allows any CN from the request-header CA.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// CA for client-certificate users of the external metrics API.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +164,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         idle_drop: Duration::from_secs_f64(a.idle_drop_seconds.max(0.1)),
                         ..EngineOptions::default()
                     },
+                    external_metrics: a.external_metrics_addr.map(|addr| crate::extmetrics::ExtOptions {
+                        addr,
+                        config: a.external_metrics_config.clone().unwrap_or_default(),
+                        cert: a.external_metrics_cert.clone().unwrap_or_default(),
+                        key: a.external_metrics_key.clone().unwrap_or_default(),
+                        requestheader_ca: a.requestheader_client_ca_file.clone(),
+                        allowed_names: a.requestheader_allowed_names.clone(),
+                        client_ca: a.client_ca_file.clone(),
+                    }),
                 };
                 crate::serve::serve(opts, shutdown_signal()).await
             })?;
@@ -166,20 +196,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             let checked = crate::check::check(&text, &env)?;
             let bad = checked.iter().any(|c| !c.errors.is_empty());
-            for c in &checked {
-                if c.errors.is_empty() {
-                    println!("ok: {} trigger {}", c.scaled_object, c.trigger);
-                } else {
-                    println!("invalid: {} trigger {}", c.scaled_object, c.trigger);
-                    for e in &c.errors {
-                        println!("  error: {e}");
-                    }
-                }
-                for n in &c.notes {
-                    println!("  note: {n}");
-                }
-            }
-            println!("{}", serde_json::to_string_pretty(&checked)?);
+            // Write errors (a closed pipe, as in `prescale check f | head`) end output quietly.
+            let _ = print_checked(&checked);
             Ok(if bad { 1 } else { 0 })
         }
     }
@@ -267,4 +285,23 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn print_checked(checked: &[crate::check::Checked]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for c in checked {
+        if c.errors.is_empty() {
+            writeln!(out, "ok: {} trigger {}", c.scaled_object, c.trigger)?;
+        } else {
+            writeln!(out, "invalid: {} trigger {}", c.scaled_object, c.trigger)?;
+            for e in &c.errors {
+                writeln!(out, "  error: {e}")?;
+            }
+        }
+        for n in &c.notes {
+            writeln!(out, "  note: {n}")?;
+        }
+    }
+    writeln!(out, "{}", serde_json::to_string_pretty(checked).unwrap_or_default())
 }

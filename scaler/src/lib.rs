@@ -6,8 +6,10 @@
 
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod extmetrics;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -22,6 +22,19 @@ pub struct Metrics {
     pub scaled_objects: Gauge<i64>,
     pub pollers: Gauge<i64>,
     pub connections: Family<Labels, Gauge<i64>>,
+    // --- cluster integration (crate::cluster) ---
+    /// Measured warm-up quantiles per target (`quantile` label: 0.5, 0.9, 0.99; `phase`: pod or node).
+    pub warmup_seconds: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Number of warm-up samples per target and phase.
+    pub warmup_samples: Family<Labels, Gauge<i64>>,
+    /// Free GPU/MIG capacity per NodePool and resource.
+    pub gpu_free: Family<Labels, Gauge<i64>>,
+    /// Replicas of a target that fit on existing nodes now.
+    pub fit_replicas: Family<Labels, Gauge<i64>>,
+    /// Headroom placeholder pods wanted per target.
+    pub headroom_pods: Family<Labels, Gauge<i64>>,
+    /// 1 while this replica holds the Lease (the one writer).
+    pub leader: Gauge<i64>,
 }
 
 fn latency_hist() -> Histogram {
@@ -45,6 +58,12 @@ impl Metrics {
         let scaled_objects = Gauge::<i64>::default();
         let pollers = Gauge::<i64>::default();
         let connections = Family::<Labels, Gauge<i64>>::default();
+        let warmup_seconds = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let warmup_samples = Family::<Labels, Gauge<i64>>::default();
+        let gpu_free = Family::<Labels, Gauge<i64>>::default();
+        let fit_replicas = Family::<Labels, Gauge<i64>>::default();
+        let headroom_pods = Family::<Labels, Gauge<i64>>::default();
+        let leader = Gauge::<i64>::default();
         registry.register("grpc_requests", "gRPC calls by method and status code", grpc_requests.clone());
         registry.register("grpc_request_duration_seconds", "gRPC handler latency by method", grpc_latency.clone());
         registry.register("source_polls", "Source reads by source", source_polls.clone());
@@ -55,6 +74,20 @@ impl Metrics {
         registry.register("scaled_objects", "ScaledObjects currently tracked", scaled_objects.clone());
         registry.register("pollers", "Distinct source polls currently running", pollers.clone());
         registry.register("source_connections", "Open connections to sources by kind", connections.clone());
+        registry.register(
+            "warmup_seconds",
+            "Measured warm-up quantiles per target (pod: creation to Ready; node: node creation to Ready)",
+            warmup_seconds.clone(),
+        );
+        registry.register("warmup_samples", "Measured warm-up samples per target", warmup_samples.clone());
+        registry.register("gpu_free", "Free GPU/MIG capacity per NodePool and resource", gpu_free.clone());
+        registry.register(
+            "fit_replicas",
+            "Replicas of the target that fit on existing nodes now",
+            fit_replicas.clone(),
+        );
+        registry.register("headroom_pods", "Headroom placeholder pods wanted per target", headroom_pods.clone());
+        registry.register("leader", "1 while this replica holds the prescale Lease", leader.clone());
         Self {
             registry,
             grpc_requests,
@@ -67,6 +100,12 @@ impl Metrics {
             scaled_objects,
             pollers,
             connections,
+            warmup_seconds,
+            warmup_samples,
+            gpu_free,
+            fit_replicas,
+            headroom_pods,
+            leader,
         }
     }
 

@@ -20,6 +20,8 @@ pub struct ServeOptions {
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
     pub engine: EngineOptions,
+    /// The optional HTTPS external metrics API.
+    pub external_metrics: Option<crate::extmetrics::ExtOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +34,8 @@ pub enum ServeError {
     Grpc(#[from] tonic::transport::Error),
     #[error("HTTP server: {0}")]
     Http(std::io::Error),
+    #[error(transparent)]
+    ExternalMetrics(#[from] crate::extmetrics::ExtError),
 }
 
 fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, ServeError> {
@@ -44,7 +48,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let metrics = Arc::new(Metrics::new());
-    let engine = Engine::new(opts.engine.clone(), metrics);
+    let engine = Engine::new(opts.engine.clone(), metrics.clone());
+    // cluster: optional Kubernetes integration; logs which features are on/off, never fails.
+    engine.set_cluster(crate::cluster::Cluster::start(crate::cluster::ClusterOptions::from_env(), metrics).await);
     let janitor = engine.spawn_janitor();
     let ready = Arc::new(AtomicBool::new(false));
 
@@ -89,6 +95,16 @@ pub async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    let ext = match opts.external_metrics.clone() {
+        Some(ext_opts) => {
+            // Validate the config before serving anything: a bad metrics file is a start-up error.
+            crate::extmetrics::load(&ext_opts.config)?;
+            let (engine, rx) = (engine.clone(), stop_rx.clone());
+            Some(tokio::spawn(async move { crate::extmetrics::serve(engine, ext_opts, rx).await }))
+        }
+        None => None,
+    };
+
     let app = crate::http::router(crate::http::HttpState { engine: engine.clone(), ready: ready.clone() });
     let http_stop = wait_stop(stop_rx.clone());
     let http = tokio::spawn(async move { axum::serve(http_listener, app).with_graceful_shutdown(http_stop).await });
@@ -121,6 +137,13 @@ pub async fn serve(
         _ = drain_deadline => Ok(()),
     };
     janitor.abort();
+    if let Some(ext) = ext {
+        match tokio::time::timeout(DRAIN, ext).await {
+            Ok(Ok(Err(e))) => return Err(e.into()),
+            Ok(Err(e)) => tracing::warn!(error = %e, "external metrics task ended abnormally"),
+            _ => {}
+        }
+    }
     match tokio::time::timeout(DRAIN, http).await.unwrap_or(Ok(Ok(()))) {
         Ok(Err(e)) => return Err(ServeError::Http(e)),
         Err(e) => tracing::warn!(error = %e, "HTTP task ended abnormally"),

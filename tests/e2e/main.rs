@@ -5,6 +5,8 @@ mod api;
 mod cli;
 mod combined;
 mod errors;
+mod extmetrics;
+mod gpu;
 mod harness;
 mod kafka;
 mod prometheus;

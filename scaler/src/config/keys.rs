@@ -45,6 +45,9 @@ pub const KEYS: &[KeyDoc] = &[
     k("forecastModel", "planner", "auto", "`auto` (loss-weighted ensemble), `smoothing`, `holtWinters`, `seasonalNaive`.", "auto"),
     k("minReplicas", "planner", "0", "Lower bound of the plan (keep KEDA's minReplicaCount consistent).", "0"),
     k("maxReplicas", "planner", "100", "Upper bound of the plan (keep KEDA's maxReplicaCount consistent).", "8"),
+    // cluster (prescale's Kubernetes integration; see scaler/src/cluster/)
+    k("karpenterMode", "cluster", "annotate", "`off`: no Karpenter writes; `annotate`: write the headroom hint on the target's NodePool; `headroom`: also keep placeholder pods (negative priority, the target's GPU/MIG requests) so Karpenter provisions nodes one warm-up ahead.", "headroom"),
+    k("karpenterResizeStaticNodePools", "cluster", "false", "When the target lands on a static NodePool (`spec.replicas`), resize it for the headroom instead of placeholder pods.", "true"),
     // rabbitmq
     k("rabbitmqHost", "rabbitmq", "—", "AMQP (`amqp://`, `amqps://`) or management (`http://`, `https://`) URL with credentials and vhost.", "amqp://guest:guest@127.0.0.1:5672/%2f"),
     k("rabbitmqHostFromEnv", "rabbitmq", "—", "Same, resolved by KEDA from the scale target's env (KEDA keeps the key name and sends the value).", "amqp://guest:guest@127.0.0.1:5672/%2f"),

@@ -111,6 +111,41 @@ pub struct ScalerConfig {
     pub source_timeout: Duration,
     pub sources: Vec<SourceConfig>,
     pub planner: PlannerSettings,
+    /// Cluster integration (Karpenter headroom); see `crate::cluster`.
+    pub cluster: ClusterSettings,
+}
+
+/// What prescale may write for Karpenter (`karpenterMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KarpenterMode {
+    Off,
+    Annotate,
+    Headroom,
+}
+
+/// Per-ScaledObject settings of the cluster integration (group "cluster").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSettings {
+    pub karpenter_mode: KarpenterMode,
+    pub resize_static_node_pools: bool,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self { karpenter_mode: KarpenterMode::Annotate, resize_static_node_pools: false }
+    }
+}
+
+fn parse_cluster(md: &mut Metadata<'_>) -> Option<ClusterSettings> {
+    let karpenter_mode = md.choice("karpenterMode", "annotate", &["off", "annotate", "headroom"]).map(|m| match m {
+        "off" => KarpenterMode::Off,
+        "headroom" => KarpenterMode::Headroom,
+        _ => KarpenterMode::Annotate,
+    });
+    let resize_static_node_pools = md.bool("karpenterResizeStaticNodePools", false);
+    Some(ClusterSettings { karpenter_mode: karpenter_mode?, resize_static_node_pools: resize_static_node_pools? })
 }
 
 mod secs {
@@ -165,6 +200,7 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
 
     let sources = crate::sources::parse_all(md);
     let planner = parse_planner(md);
+    let cluster = parse_cluster(md);
     Some(ScalerConfig {
         id: md.id().clone(),
         metric_name,
@@ -173,6 +209,7 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
         source_timeout: source_timeout?,
         sources,
         planner: planner?,
+        cluster: cluster?,
     })
 }
 

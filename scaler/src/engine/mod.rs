@@ -152,6 +152,8 @@ struct Inner {
     /// Configs that failed to parse, so a bad ScaledObject is parsed once too.
     rejected: Mutex<HashMap<u64, (Identity, ConfigErrors)>>,
     pollers: Mutex<HashMap<String, Weak<Poller>>>,
+    /// Cluster integration (crate::cluster), set once by `serve`.
+    cluster: std::sync::OnceLock<crate::cluster::Cluster>,
 }
 
 /// The engine handle (cheap to clone).
@@ -187,8 +189,19 @@ impl Engine {
                 scalers: RwLock::new(HashMap::new()),
                 rejected: Mutex::new(HashMap::new()),
                 pollers: Mutex::new(HashMap::new()),
+                cluster: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    // --- cluster integration (crate::cluster) ---
+    /// Attach the cluster handle (once, before serving).
+    pub fn set_cluster(&self, cluster: crate::cluster::Cluster) {
+        let _ = self.inner.cluster.set(cluster);
+    }
+
+    pub fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        self.inner.cluster.get()
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -271,7 +284,11 @@ impl Engine {
             last_asked_ms: AtomicU64::new(now_ms()),
             task: Mutex::new(None),
         });
-        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone()));
+        let cluster = self.inner.cluster.get().cloned();
+        if let Some(c) = &cluster {
+            c.track(&entry.config.id, &entry.config.cluster);
+        }
+        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster));
         *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         entry
     }
@@ -312,6 +329,9 @@ impl Engine {
         };
         for e in &removed {
             tracing::info!(scaled_object = %e.config.id, "dropping ScaledObject not asked about");
+            if let Some(c) = self.inner.cluster.get() {
+                c.untrack(&e.config.id);
+            }
             let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
             self.inner.metrics.demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
@@ -356,11 +376,16 @@ impl Engine {
                     },
                     "signalAgesSeconds": snap.as_ref().map(|s| s.signals.iter().map(|g| g.last_good_ms.map(|t| now.saturating_sub(t) as f64 / 1000.0)).collect::<Vec<_>>()),
                     "snapshot": snap.as_deref(),
+                    "cluster": self.inner.cluster.get().map(|c| c.debug(&e.config.id)),
                 })
             })
             .collect();
         items.sort_by(|a, b| a["scaledObject"].as_str().cmp(&b["scaledObject"].as_str()));
-        serde_json::json!({ "scaledObjects": items })
+        let cluster = match self.inner.cluster.get() {
+            Some(c) => c.status(),
+            None => serde_json::json!({"features": "off (not started)"}),
+        };
+        serde_json::json!({ "scaledObjects": items, "cluster": cluster })
     }
 
     /// One ScaledObject in full, planner history included (`/debug/scalers/{ns}/{name}`).
@@ -381,6 +406,7 @@ impl Engine {
                     },
                     "snapshot": e.snapshot().as_deref(),
                     "planner": e.predictor.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|p| serde_json::to_value(p.planner().snapshot()).ok()),
+                    "cluster": self.inner.cluster.get().map(|c| c.debug(&e.config.id)),
                 })
             })
             .collect();
@@ -402,13 +428,13 @@ impl Engine {
 
 /// The per-ScaledObject loop: at each aligned tick, wait for its pollers' reads of
 /// that tick (bounded), then plan and publish a snapshot.
-async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>) {
+async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>, cluster: Option<crate::cluster::Cluster>) {
     let (sample_ms, timeout_ms) = match weak.upgrade() {
         Some(e) => (e.config.sample.as_millis().max(1) as u64, e.config.source_timeout.as_millis() as u64),
         None => return,
     };
     let mut state = match weak.upgrade() {
-        Some(e) => ScalerState::new(&e),
+        Some(e) => ScalerState::new(&e, cluster),
         None => return,
     };
     // First round: whatever each poller has, as soon as each has finished one read.
@@ -467,10 +493,11 @@ pub const AUTO_WARMUP_FALLBACK_S: f64 = 180.0;
 struct ScalerState {
     config: Arc<ScalerConfig>,
     predictor_error: Option<String>,
+    cluster: Option<crate::cluster::Cluster>,
 }
 
 impl ScalerState {
-    fn new(e: &ScalerEntry) -> Self {
+    fn new(e: &ScalerEntry, cluster: Option<crate::cluster::Cluster>) -> Self {
         let config = &e.config;
         let mut predictor_error = None;
         if config.planner.mode != crate::config::Mode::Reactive {
@@ -482,7 +509,7 @@ impl ScalerState {
                 }
             }
         }
-        Self { config: config.clone(), predictor_error }
+        Self { config: config.clone(), predictor_error, cluster }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -518,7 +545,22 @@ impl ScalerState {
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(p), Some(d)) = (guard.as_mut(), demand.as_ref()) {
             let observed = predict::observed_demand(d, &signals, self.config.planner.capacity_per_replica);
+            // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
+            if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
+                if let Some(w) = c.measured_warmup(&self.config.id) {
+                    if (w - p.planner().warmup_planned()).abs() > 1e-6 {
+                        if let Err(err) = p.set_warmup(w) {
+                            tracing::warn!(scaled_object = %self.config.id, error = %err, "measured warm-up rejected");
+                        } else {
+                            tracing::info!(scaled_object = %self.config.id, warmup_s = w, "planning with the measured warm-up");
+                        }
+                    }
+                }
+            }
             let dec = p.step(tick_ms as f64 / 1000.0, observed);
+            if let Some(c) = &self.cluster {
+                c.report_plan(&self.config.id, dec.desired);
+            }
             let why = dec.reason.to_string();
             if plan::planner_answers(self.config.planner.mode) {
                 answer = (dec.desired, format!("planner: {why}"));
@@ -540,6 +582,9 @@ impl ScalerState {
             }));
         } else if let Some(err) = &self.predictor_error {
             answer.1 = format!("{reactive_reason} (planner disabled: {err})");
+        }
+        if let (None, Some(c), Some(_)) = (guard.as_ref(), &self.cluster, demand.as_ref()) {
+            c.report_plan(&self.config.id, answer.0); // reactive mode: the answer is the plan
         }
         drop(guard);
         Snapshot {

@@ -90,6 +90,12 @@ impl Predictor {
     pub fn planner(&self) -> &Planner {
         &self.planner
     }
+
+    // --- cluster integration: `warmupSeconds: auto` (see crate::cluster) ---
+    /// Plan with a measured warm-up from now on (history is kept).
+    pub fn set_warmup(&mut self, warmup_s: f64) -> Result<(), PlannerError> {
+        self.planner.set_warmup(WarmupDist::Fixed(warmup_s))
+    }
 }
 
 #[cfg(test)]

@@ -618,7 +618,7 @@ mod tests {
         assert_eq!(r.detail["pods_down"], 0.0);
         assert_eq!(r.detail["arrival_rate"], 2.5);
         assert!((r.detail["kv_cache_mean"] - 0.5).abs() < 1e-12);
-        let r = combine(&cfg(None), &[p1.clone()], 1, None).unwrap();
+        let r = combine(&cfg(None), std::slice::from_ref(&p1), 1, None).unwrap();
         assert_eq!((r.value, r.detail["pods_down"], r.detail["pods_total"]), (14.0, 1.0, 2.0));
         assert!(!r.detail.contains_key("arrival_rate"));
         // KV: (0.765 + 0.235) / 0.25 = 4 replicas → 64 in per-replica units > queue 44.
@@ -638,7 +638,7 @@ mod tests {
         let mut c = cfg(None);
         c.activation_value = 14.0;
         let p = PodStats { waiting: 6.0, running: 8.0, ..Default::default() };
-        assert!(!combine(&c, &[p.clone()], 0, None).unwrap().active);
+        assert!(!combine(&c, std::slice::from_ref(&p), 0, None).unwrap().active);
         c.activation_value = 13.5;
         assert!(combine(&c, &[p], 0, None).unwrap().active);
     }
@@ -722,7 +722,7 @@ mod tests {
         );
         let urls = slice_urls(&[v6.clone(), v4.clone()], &PortRef::Name("http".into()));
         assert_eq!(urls, ["http://10.0.0.1:8000/metrics", "http://10.0.0.3:8000/metrics"]);
-        assert!(slice_urls(&[v4.clone()], &PortRef::Name("metrics".into())).is_empty());
+        assert!(slice_urls(std::slice::from_ref(&v4), &PortRef::Name("metrics".into())).is_empty());
         assert_eq!(slice_urls(&[v4], &PortRef::Number(9000))[0], "http://10.0.0.1:9000/metrics");
         assert_eq!(slice_urls(&[v6], &PortRef::Number(8000)), ["http://[fd00::1]:8000/metrics"]);
     }

@@ -1,0 +1,262 @@
+//! Karpenter headroom: placeholder pods at a negative PriorityClass with a replica's
+//! GPU/MIG requests and placement (real replicas preempt them; Karpenter provisions nodes
+//! for them while they are Pending), the hint annotated on the NodePool, and the optional
+//! resize of static NodePools. The placeholders are owned by prescale's PriorityClass
+//! (cluster-scoped, so it can own pods in any namespace): deleting it — or uninstalling
+//! prescale — garbage-collects every placeholder.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::Serialize;
+
+use super::capacity::{parse_quantity, HEADROOM_LABEL};
+use super::target::TargetInfo;
+use crate::config::ScalerId;
+
+pub const PRIORITY_CLASS: &str = "prescale-headroom";
+pub const PRIORITY_VALUE: i32 = -10;
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// NodePool annotation with the current hint (JSON, one entry per ScaledObject).
+pub const POOL_ANNOTATION: &str = "prescale.io/headroom";
+/// NodePool annotation remembering `spec.replicas` before prescale resized it.
+pub const POOL_BASE_ANNOTATION: &str = "prescale.io/static-base-replicas";
+pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// Never more placeholders than this per target.
+pub const MAX_PLACEHOLDERS: u32 = 64;
+
+/// How many placeholders a target should have.
+///
+/// `missing` = planned − the target's non-terminal pods: replicas the plan will ask for.
+/// Those beyond what fits in free capacity now need new nodes → placeholders. Existing
+/// placeholders are only removed as real replicas land (missing drops) or the plan drops,
+/// never because the nodes they brought make capacity look free.
+pub fn headroom_target(desired: u32, current_pods: u32, fits_now: u32, existing: u32, cap: u32) -> u32 {
+    let missing = desired.saturating_sub(current_pods);
+    let up = missing.saturating_sub(fits_now);
+    let n = if up >= existing { up } else { existing.min(missing) };
+    n.min(cap).min(MAX_PLACEHOLDERS)
+}
+
+/// Nodes a static NodePool needs: its base plus enough for the headroom.
+pub fn static_pool_target(base: i64, headroom: u32, per_node: u32) -> i64 {
+    let per = i64::from(per_node.max(1));
+    base + (i64::from(headroom) + per - 1) / per
+}
+
+/// A label value (≤ 63 chars, [a-z0-9-.]) naming the ScaledObject.
+pub fn target_label(id: &ScalerId) -> String {
+    let raw = format!("{}.{}", id.namespace, id.name);
+    let clean: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+    if clean.len() <= 63 {
+        return clean;
+    }
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in raw.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
+    }
+    format!("{}-{:08x}", &clean[..54], h as u32)
+}
+
+/// The placeholder's resources: every request of the template's app containers summed
+/// (CPU and memory too, so Karpenter picks an instance type that also fits those), with
+/// limits for extended resources (they must equal the requests).
+fn placeholder_resources(spec: &PodSpec) -> ResourceRequirements {
+    let mut sum: BTreeMap<String, f64> = BTreeMap::new();
+    for c in &spec.containers {
+        let r = c.resources.as_ref();
+        let mut mine: BTreeMap<String, f64> = BTreeMap::new();
+        for (k, v) in r.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
+            if k.contains('/') {
+                mine.insert(k.clone(), parse_quantity(&v.0).unwrap_or(0.0));
+            }
+        }
+        for (k, v) in r.and_then(|r| r.requests.as_ref()).into_iter().flatten() {
+            mine.insert(k.clone(), parse_quantity(&v.0).unwrap_or(0.0));
+        }
+        for (k, v) in mine {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    let fmt = |k: &str, v: f64| {
+        if k == "cpu" {
+            Quantity(format!("{}m", (v * 1000.0).ceil() as i64))
+        } else {
+            Quantity(format!("{}", v.ceil() as i64))
+        }
+    };
+    let requests: BTreeMap<String, Quantity> =
+        sum.iter().filter(|(_, v)| **v > 0.0).map(|(k, v)| (k.clone(), fmt(k, *v))).collect();
+    let limits: BTreeMap<String, Quantity> =
+        requests.iter().filter(|(k, _)| k.contains('/')).map(|(k, v)| (k.clone(), v.clone())).collect();
+    ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    }
+}
+
+pub fn placeholder_name(id: &ScalerId, index: u32) -> String {
+    let base = target_label(id).replace('.', "-").to_ascii_lowercase();
+    let base = base.trim_end_matches('-');
+    format!("prescale-headroom-{}-{index}", &base[..base.len().min(200)])
+}
+
+/// A placeholder pod for `info`'s replicas.
+pub fn placeholder_pod(id: &ScalerId, info: &TargetInfo, index: u32, owner_uid: &str, image: &str) -> Pod {
+    let spec = &info.pod_spec;
+    let labels: BTreeMap<String, String> =
+        [(MANAGED_BY.to_string(), "prescale".to_string()), (HEADROOM_LABEL.to_string(), target_label(id))].into();
+    let annotations: BTreeMap<String, String> = [
+        ("prescale.io/scaled-object".to_string(), id.to_string()),
+        ("prescale.io/scale-target".to_string(), format!("{}/{}", info.kind, info.name)),
+    ]
+    .into();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(placeholder_name(id, index)),
+            namespace: Some(info.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "scheduling.k8s.io/v1".into(),
+                kind: "PriorityClass".into(),
+                name: PRIORITY_CLASS.into(),
+                uid: owner_uid.to_string(),
+                controller: Some(false),
+                block_owner_deletion: Some(false),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            priority_class_name: Some(PRIORITY_CLASS.into()),
+            termination_grace_period_seconds: Some(0),
+            automount_service_account_token: Some(false),
+            node_selector: spec.node_selector.clone(),
+            affinity: spec.affinity.clone(),
+            tolerations: spec.tolerations.clone(),
+            runtime_class_name: spec.runtime_class_name.clone(),
+            containers: vec![Container {
+                name: "pause".into(),
+                image: Some(image.to_string()),
+                resources: Some(placeholder_resources(spec)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn priority_class() -> PriorityClass {
+    PriorityClass {
+        metadata: ObjectMeta {
+            name: Some(PRIORITY_CLASS.into()),
+            labels: Some([(MANAGED_BY.to_string(), "prescale".to_string())].into()),
+            ..Default::default()
+        },
+        value: Some(PRIORITY_VALUE),
+        global_default: Some(false),
+        preemption_policy: Some("Never".into()),
+        description: Some(
+            "prescale headroom placeholders: preempted by any real pod; owner of every placeholder pod".into(),
+        ),
+    }
+}
+
+/// One ScaledObject's entry in a NodePool's `prescale.io/headroom` annotation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolHint {
+    /// Replicas the plan needs at now + warm-up beyond what fits now.
+    pub replicas: u32,
+    pub desired: u32,
+    pub current: u32,
+    pub fits_now: u32,
+    pub per_replica: BTreeMap<String, i64>,
+    pub target: String,
+}
+
+/// The annotation value for a pool (stable JSON: BTreeMap keys).
+pub fn pool_annotation(hints: &BTreeMap<String, PoolHint>) -> Option<String> {
+    (!hints.is_empty()).then(|| serde_json::to_string(hints).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::target::from_template;
+    use serde_json::json;
+
+    #[test]
+    fn headroom_covers_the_plan_beyond_what_fits_and_drops_only_as_replicas_land() {
+        // Plan 5, 1 running, room for 1 more: 3 placeholders.
+        assert_eq!(headroom_target(5, 1, 1, 0, 100), 3);
+        // Their nodes arrived and they hold them (the old free slot is still free): keep 3.
+        assert_eq!(headroom_target(5, 1, 1, 3, 100), 3);
+        // One of them took the old free slot instead: a fourth is needed.
+        assert_eq!(headroom_target(5, 1, 0, 3, 100), 4);
+        // A pending placeholder's new node shows as free for a moment: still keep 3.
+        assert_eq!(headroom_target(5, 1, 2, 3, 100), 3);
+        // Two real replicas landed: 2 left to come.
+        assert_eq!(headroom_target(5, 3, 0, 3, 100), 2);
+        // All landed, or the plan dropped.
+        assert_eq!(headroom_target(5, 5, 0, 2, 100), 0);
+        assert_eq!(headroom_target(1, 1, 0, 3, 100), 0);
+        // Capped.
+        assert_eq!(headroom_target(500, 0, 0, 0, 10), 10);
+    }
+
+    #[test]
+    fn static_pools_grow_by_whole_nodes() {
+        assert_eq!(static_pool_target(2, 0, 4), 2);
+        assert_eq!(static_pool_target(2, 5, 4), 4);
+        assert_eq!(static_pool_target(0, 1, 0), 1);
+    }
+
+    #[test]
+    fn placeholder_carries_requests_placement_priority_and_owner() {
+        let t: k8s_openapi::api::core::v1::PodTemplateSpec = serde_json::from_value(json!({
+            "metadata": {"labels": {"app": "vllm"}},
+            "spec": {
+                "containers": [
+                    {"name": "vllm", "image": "vllm/vllm-openai", "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"nvidia.com/mig-3g.40gb": "1"}}},
+                    {"name": "proxy", "resources": {"requests": {"cpu": "250m"}}}
+                ],
+                "nodeSelector": {"karpenter.sh/nodepool": "gpu"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            }
+        }))
+        .unwrap();
+        let info =
+            from_template("Deployment", "vllm", "llm", Some([("app".into(), "vllm".into())].into()), None, &t).unwrap();
+        let id = ScalerId { namespace: "llm".into(), name: "llama".into() };
+        let p = placeholder_pod(&id, &info, 2, "uid-1", DEFAULT_IMAGE);
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["metadata"]["name"], "prescale-headroom-llm-llama-2");
+        assert_eq!(v["metadata"]["labels"][HEADROOM_LABEL], "llm.llama");
+        assert!(v["metadata"]["labels"].get("app").is_none(), "must not match the Deployment's selector");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "PriorityClass");
+        assert_eq!(v["spec"]["priorityClassName"], PRIORITY_CLASS);
+        let res = &v["spec"]["containers"][0]["resources"];
+        assert_eq!(res["requests"]["nvidia.com/mig-3g.40gb"], "1");
+        assert_eq!(res["limits"]["nvidia.com/mig-3g.40gb"], "1");
+        assert_eq!(res["requests"]["cpu"], "4250m");
+        assert_eq!(res["requests"]["memory"], (32u64 << 30).to_string());
+        assert_eq!(v["spec"]["nodeSelector"]["karpenter.sh/nodepool"], "gpu");
+        assert_eq!(v["spec"]["affinity"], json!(t.spec.as_ref().unwrap().affinity));
+        assert_eq!(v["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
+    }
+
+    #[test]
+    fn long_names_fit_label_limits() {
+        let id = ScalerId { namespace: "n".repeat(60), name: "s".repeat(60) };
+        assert!(target_label(&id).len() <= 63);
+        assert_ne!(target_label(&id), target_label(&ScalerId { namespace: "n".repeat(60), name: "t".repeat(60) }));
+    }
+}

@@ -1,0 +1,436 @@
+//! GPU-fleet signals against the real `prescale serve`: vLLM pods (fixture exporters
+//! serving vLLM's exposition text, found by URL or through a fake Kubernetes API's
+//! EndpointSlices) and dcgm-exporter (scraped directly, and through the real Prometheus of
+//! scripts/services.sh, which scrapes 127.0.0.1:19102 and :19103 every second).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+/// A vLLM V1 `/metrics` page as vLLM writes it (reference note §5.1; HELP/TYPE lines,
+/// `engine` and `model_name` on every series, counters with `_total` and `_created`,
+/// a histogram, another model served by the same pod).
+fn vllm_page(running: f64, waiting: f64, kv: f64, success: f64) -> String {
+    let m = MODEL;
+    format!(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+         # TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{engine=\"0\",model_name=\"{m}\"}} {running:.1}\n\
+         vllm:num_requests_running{{engine=\"0\",model_name=\"other/model\"}} 100.0\n\
+         # HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{engine=\"0\",model_name=\"{m}\"}} {waiting:.1}\n\
+         vllm:num_requests_waiting{{engine=\"0\",model_name=\"other/model\"}} 100.0\n\
+         # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\n\
+         vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"{m}\"}} {kv}\n\
+         # HELP vllm:generation_tokens_total Number of generation tokens processed.\n\
+         # TYPE vllm:generation_tokens_total counter\n\
+         vllm:generation_tokens_total{{engine=\"0\",model_name=\"{m}\"}} 27453.0\n\
+         # HELP vllm:request_success_total Count of successfully processed requests.\n\
+         # TYPE vllm:request_success_total counter\n\
+         vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"{m}\"}} {success:.1}\n\
+         vllm:request_success_total{{engine=\"0\",finished_reason=\"stop\",model_name=\"{m}\"}} 0.0\n\
+         vllm:request_success_total{{engine=\"0\",finished_reason=\"abort\",model_name=\"{m}\"}} 0.0\n\
+         # HELP vllm:request_success_created Count of successfully processed requests.\n\
+         # TYPE vllm:request_success_created gauge\n\
+         vllm:request_success_created{{engine=\"0\",finished_reason=\"length\",model_name=\"{m}\"}} 1.7e+09\n\
+         # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.\n\
+         # TYPE vllm:time_to_first_token_seconds histogram\n\
+         vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"0.1\",model_name=\"{m}\"}} 140.0\n\
+         vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"+Inf\",model_name=\"{m}\"}} 140.0\n\
+         vllm:time_to_first_token_seconds_count{{engine=\"0\",model_name=\"{m}\"}} 140.0\n\
+         vllm:time_to_first_token_seconds_sum{{engine=\"0\",model_name=\"{m}\"}} 5.31\n"
+    )
+}
+
+/// dcgm-exporter rows (reference note §4.5 label order; the `Hostname` spelling of
+/// 4.5.3-4.8.2 and the newer `hostname`), pod-mapped into namespace `ns`.
+fn dcgm_page(ns: &str, util_vllm1: u32) -> String {
+    format!(
+        r#"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc43",pci_bus_id="00000000:00:07.0",device="nvidia0",modelName="NVIDIA L40S",Hostname="gpu1-wl8sg",DCGM_FI_DRIVER_VERSION="595.58.03",container="vllm",namespace="{ns}",pod="vllm-0"}} 87
+DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc44",pci_bus_id="00000000:00:08.0",device="nvidia1",modelName="NVIDIA L40S",Hostname="gpu1-wl8sg",DCGM_FI_DRIVER_VERSION="595.58.03",container="vllm",namespace="{ns}",pod="vllm-0"}} 73
+DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-8d1c2b3a-0000-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:1B:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",hostname="node-a",DCGM_FI_DRIVER_VERSION="595.58.03",container="vllm",namespace="{ns}",pod="vllm-1"}} {util_vllm1}
+DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-8d1c2b3a-0001-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:2B:00.0",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",hostname="node-a",DCGM_FI_DRIVER_VERSION="595.58.03",container="",namespace="",pod=""}} 99
+DCGM_FI_DEV_GPU_UTIL{{gpu="2",UUID="GPU-8d1c2b3a-0002-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:3B:00.0",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",hostname="node-a",DCGM_FI_DRIVER_VERSION="595.58.03",container="embed",namespace="{ns}",pod="embedder-0"}} 100
+DCGM_FI_DEV_GPU_UTIL{{gpu="3",UUID="GPU-8d1c2b3a-0003-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:4B:00.0",device="nvidia3",modelName="NVIDIA H100 80GB HBM3",hostname="node-a",DCGM_FI_DRIVER_VERSION="595.58.03",container="vllm",namespace="{ns}-other",pod="vllm-0"}} 100
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-8d1c2b3a-0000-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:1B:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",hostname="node-a",DCGM_FI_DRIVER_VERSION="595.58.03",container="vllm",namespace="{ns}",pod="vllm-1"}} 74211
+"#
+    )
+}
+
+/// MIG rows (reference note §4.5): GR engine activity per GPU instance, no GPU_UTIL.
+fn mig_page(ns: &str) -> String {
+    format!(
+        r#"# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.
+# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="GPU-1f027ee8-6e1e-2b8c-0108-3d370e5f0418",device="nvidia0",modelName="NVIDIA A800-SXM4-80GB",GPU_I_PROFILE="2g.20gb",GPU_I_ID="3",Hostname="msxf-hpc-64-35-ai",DCGM_FI_DRIVER_VERSION="535.129.03",container="vllm",namespace="{ns}",pod="mig-1"}} 0.000000
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763",pci_bus_id="00000000:1B:00.0",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1",hostname="gpu-a100",DCGM_FI_DRIVER_VERSION="535.129.03",container="vllm",namespace="{ns}",pod="mig-0"}} 0.81
+# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",device="nvidia0",modelName="NVIDIA A30",GPU_I_PROFILE="1g.6gb",GPU_I_ID="3",Hostname="yg-a30-0003",DCGM_FI_DRIVER_VERSION="535.129.03",container="vllm",namespace="{ns}",pod="mig-2"}} 6012
+"#
+    )
+}
+
+/// The detail map of the first signal of one ScaledObject in `/debug/scalers/{ns}/{name}`.
+async fn detail(srv: &Server, ns: &str, name: &str) -> Option<serde_json::Value> {
+    let (code, body) = srv.get(&format!("/debug/scalers/{ns}/{name}")).await;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let d = v.pointer("/triggers/0/snapshot/signals/0/detail")?.clone();
+    d.is_object().then_some(d)
+}
+
+fn num(d: &serde_json::Value, key: &str) -> Option<f64> {
+    d.get(key).and_then(serde_json::Value::as_f64)
+}
+
+type Client = prescale::proto::external_scaler_client::ExternalScalerClient<tonic::transport::Channel>;
+
+/// Wait until GetMetrics answers `want` (panics with the last answer after `secs`).
+async fn wait_metric(c: &Client, so: &prescale::proto::ScaledObjectRef, want: i64, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let r = metric(&mut c.clone(), so).await;
+        if r.as_ref().ok() == Some(&want) {
+            return;
+        }
+        assert!(Instant::now() < end, "GetMetrics for {} is not {want} after {secs}s; last: {r:?}", so.name);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
+    let pod_a = Exporter::start(19102, &vllm_page(8.0, 6.0, 0.765, 131.0)).await;
+    let pod_b = Exporter::start(0, &vllm_page(20.0, 10.0, 0.4, 50.0)).await;
+    // prescale reaches each pod through a proxy that can be cut (a pod going away).
+    let proxy_a = Proxy::start("127.0.0.1:19102").await;
+    let proxy_b = Proxy::start(&format!("127.0.0.1:{}", pod_b.port)).await;
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let name = unique("vllm");
+    let endpoints = format!("127.0.0.1:{},http://127.0.0.1:{}/metrics", proxy_a.port, proxy_b.port);
+    let so = sref(
+        "llm",
+        &name,
+        &[
+            ("vllmEndpoints", &endpoints),
+            ("vllmModel", MODEL),
+            ("vllmPerReplica", "16"),
+            ("sampleSeconds", "1"),
+            ("staleAfterSeconds", "4"),
+            ("mode", "reactive"),
+        ],
+    );
+    // (8 + 6) + (20 + 10) = 44 waiting + running of the model (the other model's 200 is
+    // filtered out) → ceil(44 / 16) = 3.
+    wait_metric(&c, &so, 3, 20).await;
+    assert!(active(&mut c, &so).await.unwrap());
+
+    // Served throughput: pod B finishes 10 requests/s.
+    let done = Arc::new(AtomicUsize::new(0));
+    let body_b = pod_b.body.clone();
+    let d2 = done.clone();
+    let ticker = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let n = d2.fetch_add(1, Ordering::Relaxed) + 1;
+            *body_b.lock().unwrap() = vllm_page(20.0, 10.0, 0.4, 50.0 + n as f64);
+        }
+    });
+    let d = eventually(20, "detail with an arrival_rate near 10/s", || {
+        let (srv, name) = (&srv, name.clone());
+        async move {
+            let d = detail(srv, "llm", &name).await?;
+            num(&d, "arrival_rate").filter(|r| (5.0..=15.0).contains(r)).map(|_| d)
+        }
+    })
+    .await;
+    ticker.abort();
+    assert_eq!(num(&d, "waiting"), Some(16.0), "{d}");
+    assert_eq!(num(&d, "running"), Some(28.0), "{d}");
+    assert_eq!(num(&d, "pods_up"), Some(2.0), "{d}");
+    assert_eq!(num(&d, "pods_down"), Some(0.0), "{d}");
+    let kv = num(&d, "kv_cache_mean").unwrap();
+    assert!((kv - (0.765 + 0.4) / 2.0).abs() < 1e-9, "{d}");
+
+    // Pod B goes away: pod A alone (14 → 1 replica), and the reading says it is degraded.
+    proxy_b.cut();
+    wait_metric(&c, &so, 1, 20).await;
+    let d = eventually(10, "pods_down = 1 in /debug/scalers", || {
+        let (srv, name) = (&srv, name.clone());
+        async move { detail(srv, "llm", &name).await.filter(|d| num(d, "pods_down") == Some(1.0)) }
+    })
+    .await;
+    assert_eq!(num(&d, "pods_total"), Some(2.0), "{d}");
+
+    // Every pod down: no number any more, UNAVAILABLE once the last read is stale (4 s).
+    proxy_a.cut();
+    let cut_at = Instant::now();
+    let err = eventually(15, "UNAVAILABLE with every vLLM pod down", || {
+        let (mut c, so) = (c.clone(), so.clone());
+        async move { metric(&mut c, &so).await.err() }
+    })
+    .await;
+    assert!(cut_at.elapsed() < Duration::from_secs(9), "went stale after {:?}", cut_at.elapsed());
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("vllm") && err.message().contains("all 2 vLLM pod(s) failed"), "{}", err.message());
+    assert!(active(&mut c, &so).await.is_err(), "IsActive fails too");
+    drop((pod_a, pod_b));
+}
+
+#[tokio::test]
+async fn dcgm_direct_scrape_and_through_prometheus() {
+    let ns = unique("gpu");
+    let exporter = Exporter::start(19103, &dcgm_page(&ns, 40)).await;
+    let srv = Server::start(&[]);
+    let c = srv.client().await;
+    let common =
+        [("dcgmPodPrefix", "vllm-"), ("dcgmUtilizationTarget", "50"), ("sampleSeconds", "1"), ("mode", "reactive")];
+    let direct_name = unique("dcgm-direct");
+    let mut md = vec![("dcgmEndpoints", "127.0.0.1:19103")];
+    md.extend(common);
+    let direct = sref(&ns, &direct_name, &md);
+    // vllm-0: (87 + 73) / 2 = 80 %, vllm-1: 40 % → 2 pods × 60 % / 50 % = 2.4 → 3.
+    // (The unassigned GPU, the embedder pod and the other namespace do not count.)
+    wait_metric(&c, &direct, 3, 20).await;
+    let d = detail(&srv, &ns, &direct_name).await.expect("detail");
+    assert_eq!((num(&d, "gpus"), num(&d, "pods"), num(&d, "mean_util")), (Some(3.0), Some(2.0), Some(60.0)), "{d}");
+    assert_eq!(num(&d, "exporters_down"), Some(0.0), "{d}");
+
+    let prom = service("PRESCALE_TEST_PROM");
+    let via_name = unique("dcgm-prom");
+    let via = prom.as_ref().map(|p| {
+        let mut md = vec![("dcgmPrometheus", p.as_str())];
+        md.extend(common);
+        sref(&ns, &via_name, &md)
+    });
+    if let Some(via) = &via {
+        wait_metric(&c, via, 3, 40).await;
+    }
+
+    // vllm-1 busier: (80 + 100) / 2 = 90 % → 2 × 90 / 50 = 3.6 → 4, on both paths.
+    exporter.set(&dcgm_page(&ns, 100));
+    wait_metric(&c, &direct, 4, 20).await;
+    if let Some(via) = &via {
+        wait_metric(&c, via, 4, 40).await;
+        let d = detail(&srv, &ns, &via_name).await.expect("detail");
+        assert_eq!(num(&d, "mean_util"), Some(90.0), "{d}");
+    }
+}
+
+#[tokio::test]
+async fn dcgm_mig_engine_activity_and_missing_gpus() {
+    let ns = unique("mig");
+    let exporter = Exporter::start(0, &mig_page(&ns)).await;
+    let ep = format!("127.0.0.1:{}", exporter.port);
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let name = unique("mig");
+    let so = sref(
+        &ns,
+        &name,
+        &[
+            ("dcgmEndpoints", &ep),
+            ("dcgmMetric", "engineActive"),
+            ("dcgmUtilizationTarget", "30"),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
+    // mig-0 81 %, mig-1 0 % → 2 × 40.5 / 30 = 2.7 → 3.
+    wait_metric(&c, &so, 3, 20).await;
+    let d = detail(&srv, &ns, &name).await.expect("detail");
+    assert_eq!((num(&d, "gpus"), num(&d, "pods")), (Some(2.0), Some(2.0)), "{d}");
+    // The default metric reads MIG instances from GR_ENGINE_ACTIVE too.
+    let auto = sref(
+        &ns,
+        &unique("mig-auto"),
+        &[("dcgmEndpoints", &ep), ("dcgmUtilizationTarget", "30"), ("sampleSeconds", "1"), ("mode", "reactive")],
+    );
+    wait_metric(&c, &auto, 3, 20).await;
+
+    // No GPU row for the pods: an error (UNAVAILABLE), never 0 — unless asked for.
+    let none =
+        sref(&ns, &unique("nogpu"), &[("dcgmEndpoints", &ep), ("dcgmPodPrefix", "absent-"), ("sampleSeconds", "1")]);
+    let err = eventually(15, "UNAVAILABLE without GPU rows", || {
+        let (mut c, so) = (c.clone(), none.clone());
+        async move { metric(&mut c, &so).await.err().filter(|e| e.message().contains("no ")) }
+    })
+    .await;
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(err.message().contains("absent-"), "{}", err.message());
+    let zero = sref(
+        &ns,
+        &unique("nogpu-ok"),
+        &[
+            ("dcgmEndpoints", &ep),
+            ("dcgmPodPrefix", "absent-"),
+            ("dcgmIgnoreNoGpus", "true"),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
+    wait_metric(&c, &zero, 0, 15).await;
+    assert!(!active(&mut c, &zero).await.unwrap());
+}
+
+/// A fake Kubernetes API server: the EndpointSlices of one Service, as the EndpointSlice
+/// controller writes them (one slice per port set).
+struct FakeApi {
+    port: u16,
+    queries: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn slice(ns: &str, svc: &str, suffix: &str, port: u16, endpoints: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {
+            "name": format!("{svc}-{suffix}"),
+            "generateName": format!("{svc}-"),
+            "namespace": ns,
+            "uid": format!("0f6d1c1e-7c1b-4b52-9d43-{suffix:0>12}"),
+            "resourceVersion": "48213",
+            "generation": 3,
+            "creationTimestamp": "2026-01-12T09:30:00Z",
+            "labels": {
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                "kubernetes.io/service-name": svc
+            },
+            "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-12T09:31:02Z"},
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Service", "name": svc,
+                "uid": "5b0d2c55-2f4e-4a8e-b3c2-1d2f3a4b5c6d", "controller": true, "blockOwnerDeletion": true
+            }]
+        },
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "http", "protocol": "TCP", "port": port, "appProtocol": "http"}]
+    })
+}
+
+fn endpoint(ns: &str, pod: &str, ip: &str, ready: bool) -> serde_json::Value {
+    serde_json::json!({
+        "addresses": [ip],
+        "conditions": {"ready": ready, "serving": ready, "terminating": false},
+        "targetRef": {"kind": "Pod", "namespace": ns, "name": pod, "uid": format!("uid-{pod}")},
+        "nodeName": "gpu-node-1",
+        "zone": "eu-west-1a"
+    })
+}
+
+impl FakeApi {
+    async fn start(ns: &str, svc: &str, port_a: u16, port_b: u16) -> FakeApi {
+        let list = serde_json::json!({
+            "kind": "EndpointSliceList",
+            "apiVersion": "discovery.k8s.io/v1",
+            "metadata": {"resourceVersion": "48290"},
+            "items": [
+                slice(ns, svc, "7x2kq", port_a, serde_json::json!([endpoint(ns, "llama-0", "127.0.0.1", true)])),
+                slice(ns, svc, "9vbnm", port_b, serde_json::json!([
+                    endpoint(ns, "llama-1", "127.0.0.1", true),
+                    // Starting up: not ready, so never scraped (the address does not answer).
+                    endpoint(ns, "llama-2", "192.0.2.10", false)
+                ]))
+            ]
+        });
+        let queries: Arc<Mutex<Vec<String>>> = Arc::default();
+        let q = queries.clone();
+        let path = format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices");
+        let app = axum::Router::new().route(
+            &path,
+            axum::routing::get(move |axum::extract::Query(p): axum::extract::Query<HashMap<String, String>>| {
+                let list = list.clone();
+                let q = q.clone();
+                async move {
+                    let sel = p.get("labelSelector").cloned().unwrap_or_default();
+                    q.lock().unwrap().push(sel);
+                    axum::Json(list)
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        });
+        FakeApi { port, queries, task }
+    }
+}
+
+fn kubeconfig(server: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique("prescale")));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+         current-context: fake\nusers:\n- name: fake\n  user:\n    token: fake-token\n"
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn vllm_service_endpoints_from_the_kubernetes_api() {
+    let pod_a = Exporter::start(0, &vllm_page(8.0, 6.0, 0.765, 131.0)).await;
+    let pod_b = Exporter::start(0, &vllm_page(20.0, 10.0, 0.4, 50.0)).await;
+    let api = FakeApi::start("llm", "llama", pod_a.port, pod_b.port).await;
+    let cfg = kubeconfig(&format!("http://127.0.0.1:{}", api.port));
+    let srv = Server::start_with_env(&[], &[("KUBECONFIG", cfg.to_str().unwrap())]);
+    let c = srv.client().await;
+    let name = unique("svc");
+    let so = sref(
+        "llm",
+        &name,
+        &[
+            ("vllmService", "llama"),
+            ("vllmPort", "http"),
+            ("vllmModel", MODEL),
+            ("sampleSeconds", "1"),
+            ("mode", "reactive"),
+        ],
+    );
+    // Two ready pods: 44 / 16 (the default vllmPerReplica) → 3; llama-2 is not ready.
+    wait_metric(&c, &so, 3, 20).await;
+    let d = detail(&srv, "llm", &name).await.expect("detail");
+    assert_eq!((num(&d, "pods_up"), num(&d, "pods_total")), (Some(2.0), Some(2.0)), "{d}");
+    let q = api.queries.lock().unwrap().clone();
+    assert!(!q.is_empty() && q.iter().all(|s| s == "kubernetes.io/service-name=llama"), "{q:?}");
+    assert!(pod_a.hits.load(Ordering::Relaxed) > 0 && pod_b.hits.load(Ordering::Relaxed) > 0);
+    let _ = std::fs::remove_file(&cfg);
+
+    // No reachable Kubernetes API: the read fails with a clear error (UNAVAILABLE), not 0.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg2 = kubeconfig(&format!("http://127.0.0.1:{closed}"));
+    let srv2 = Server::start_with_env(&[], &[("KUBECONFIG", cfg2.to_str().unwrap())]);
+    let c2 = srv2.client().await;
+    let err = eventually(15, "UNAVAILABLE without a Kubernetes API", || {
+        let (mut c, so) = (c2.clone(), so.clone());
+        async move { metric(&mut c, &so).await.err().filter(|e| e.message().contains("EndpointSlices")) }
+    })
+    .await;
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(err.message().contains("llm/llama"), "{}", err.message());
+    let _ = std::fs::remove_file(&cfg2);
+}
