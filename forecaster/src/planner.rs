@@ -47,6 +47,9 @@ const FINE_CAP: usize = 256;
 /// Pending forecasts (one per interval) awaiting their outcome.
 const PENDING_CAP: usize = 512;
 const MEMBERS: usize = 5;
+/// Members are weighted by their pinball loss at this upper quantile: the planner covers
+/// peaks, so a member that is late for a peak is penalised more than one that is early.
+const ENSEMBLE_Q: f64 = 0.5;
 /// Recent needs kept for the scale-in hold (at most W / I of them are used).
 const NEED_CAP: usize = 2048;
 const MEMBER_NAMES: [&str; MEMBERS] = ["last", "smoothing", "holt-winters", "naive-day", "naive-week"];
@@ -863,7 +866,9 @@ impl Planner {
             step_active: false,
             // Losses remembered over ~6 h, so daily transitions (where level models fail and
             // seasonal ones shine) still count hours later.
-            ensemble: Ensemble::new(MEMBERS, (cfg.interval_s / 21600.0).clamp(1e-4, 0.05), 0.5),
+            // Loss memory ≈ 1 day: a member that is right once a day (a daily peak) must still
+            // be credited for it when the peak comes round again.
+            ensemble: Ensemble::new(MEMBERS, (cfg.interval_s / 86_400.0).clamp(5e-5, 0.05), ENSEMBLE_Q),
             pending: VecDeque::with_capacity(PENDING_CAP),
             ratio_generic: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),
             ratio_grid: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),

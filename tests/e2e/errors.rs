@@ -7,7 +7,8 @@ async fn bad_metadata_is_invalid_argument_naming_key_and_scaled_object() {
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
     let base = [("rabbitmqHost", "amqp://guest:guest@127.0.0.1:5672/%2f"), ("rabbitmqQueueName", "q")];
-    let cases: Vec<(Vec<(&str, &str)>, &str, Option<&str>)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         // unknown key (with a "did you mean")
         ([&base[..], &[("rabbitmqQueuName", "q")]].concat(), "rabbitmqQueuName", None),
         // bad number

@@ -422,7 +422,7 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let cfg2 = kubeconfig(&format!("http://127.0.0.1:{closed}"));
+    let cfg2 = kubeconfig(&format!("https://127.0.0.1:{closed}"));
     let srv2 = Server::start_with_env(&[], &[("KUBECONFIG", cfg2.to_str().unwrap())]);
     let c2 = srv2.client().await;
     let err = eventually(15, "UNAVAILABLE without a Kubernetes API", || {
@@ -433,4 +433,17 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
     assert_eq!(err.code(), tonic::Code::Unavailable);
     assert!(err.message().contains("llm/llama"), "{}", err.message());
     let _ = std::fs::remove_file(&cfg2);
+
+    // No configuration at all (no KUBECONFIG file, not in a cluster): a clear error too.
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        let missing = std::env::temp_dir().join(unique("no-such-kubeconfig"));
+        let srv3 = Server::start_with_env(&[], &[("KUBECONFIG", missing.to_str().unwrap())]);
+        let c3 = srv3.client().await;
+        let err = eventually(15, "UNAVAILABLE without any Kubernetes config", || {
+            let (mut c, so) = (c3.clone(), so.clone());
+            async move { metric(&mut c, &so).await.err().filter(|e| e.message().contains("no Kubernetes API")) }
+        })
+        .await;
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+    }
 }

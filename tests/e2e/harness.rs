@@ -205,11 +205,6 @@ impl Exporter {
     pub fn set(&self, text: &str) {
         *self.body.lock().unwrap() = text.to_string();
     }
-
-    /// Stop serving (connections are refused from now on).
-    pub fn stop(&self) {
-        self.task.abort();
-    }
 }
 
 /// A TCP proxy that can be cut, to make a working source fail.

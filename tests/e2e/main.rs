@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod cluster;
 mod combined;
 mod errors;
 mod extmetrics;

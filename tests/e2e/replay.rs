@@ -24,7 +24,7 @@ fn request_log() -> String {
         }
     };
     while t < 3000 {
-        let n = if (600..900).contains(&t) || (2000..2100).contains(&t) { 3 } else { u32::from(t % 7 == 0) };
+        let n = if (600..900).contains(&t) || (2000..2100).contains(&t) { 3 } else { u32::from(t.is_multiple_of(7)) };
         push(t, n, &mut s);
         t += 1;
     }

@@ -656,7 +656,7 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
         });
         let retry = c.retry;
         let was = inner.leader.load(Ordering::Relaxed);
-        let res = tokio::time::timeout(retry.max(Duration::from_secs(1)), lease::round(&client, c)).await;
+        let res = tokio::time::timeout((c.duration / 2).max(Duration::from_secs(1)), lease::round(&client, c)).await;
         let (leader, holder, error) = match res {
             Ok(Ok((l, h))) => (l, h, None),
             Ok(Err(e)) => (false, None, Some(e.to_string())),

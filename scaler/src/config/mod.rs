@@ -166,9 +166,8 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
     for k in KEDA_KEYS {
         md.consume(k);
     }
-    let metric_name = md
-        .string("metricName")
-        .map(|v| {
+    let metric_name = match md.string("metricName") {
+        Some(v) => {
             let ok = !v.is_empty()
                 && v.len() <= 63
                 && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
@@ -180,8 +179,9 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
                 );
             }
             v
-        })
-        .unwrap_or_else(|| "prescale-replicas".to_string());
+        }
+        None => "prescale-replicas".to_string(),
+    };
     let sample = md.duration_secs("sampleSeconds", 5.0, 1.0, 3600.0);
     let stale_after = md.duration_secs("staleAfterSeconds", 30.0, 1.0, 86_400.0);
     let source_timeout = md.duration_secs("sourceTimeoutSeconds", 2.0, 0.1, 60.0);

@@ -544,7 +544,8 @@ impl ScalerState {
         let mut planner = None;
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(p), Some(d)) = (guard.as_mut(), demand.as_ref()) {
-            let observed = predict::observed_demand(d, &signals, self.config.planner.capacity_per_replica);
+            let arrival_rate = p.arrivals.update(tick_ms as f64 / 1000.0, &signals);
+            let observed = predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica);
             // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
             if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
                 if let Some(w) = c.measured_warmup(&self.config.id) {
@@ -577,6 +578,7 @@ impl ScalerState {
                 "desired": dec.desired,
                 "reason": why,
                 "observedDemand": observed,
+                "arrivalRate": arrival_rate,
                 "warmupPlannedSeconds": p.planner().warmup_planned(),
                 "forecast": dec.forecast,
             }));

@@ -15,20 +15,63 @@ use crate::config::{ForecastModel, PlannerSettings, Warmup};
 
 pub struct Predictor {
     planner: Planner,
+    /// Arrival-rate estimate from queue deltas and served throughput.
+    pub arrivals: ArrivalEstimator,
     settings: PlannerSettings,
     last_t: Option<f64>,
     last_desired: u32,
 }
 
-/// The replica-equivalents the planner observes at one tick.
-pub fn observed_demand(d: &Demand, signals: &[SignalView], capacity_per_replica: Option<f64>) -> f64 {
-    let mut x = d.replicas;
-    if let Some(mu) = capacity_per_replica {
-        for s in signals {
-            if let Some(rate) = s.detail.get("publish_rate").or_else(|| s.detail.get("arrival_rate")) {
-                x = x.max(rate / mu);
-            }
+/// Backlog figures of the queue signals, summed: what is waiting right now.
+fn backlog_total(signals: &[SignalView]) -> Option<f64> {
+    let mut total = None;
+    for s in signals {
+        let b = match s.kind {
+            "rabbitmq" => s.detail.get("messages").copied(),
+            "sqs" => Some(
+                s.detail.get("visible").copied().unwrap_or(0.0) + s.detail.get("in_flight").copied().unwrap_or(0.0),
+            ),
+            "kafka" => s.detail.get("lag").copied(),
+            _ => None,
+        };
+        if let Some(b) = b.filter(|b| b.is_finite()) {
+            *total.get_or_insert(0.0) += b;
         }
+    }
+    total
+}
+
+/// Arrival rate (requests/s) from queue deltas plus served throughput:
+/// λ ≈ Δbacklog/Δt + completions/s. Rates reported directly by a source
+/// (RabbitMQ's `publish_rate`) are taken as they are; the largest estimate wins.
+#[derive(Debug, Default, Clone)]
+pub struct ArrivalEstimator {
+    prev: Option<(f64, f64)>,
+}
+
+impl ArrivalEstimator {
+    pub fn update(&mut self, t_s: f64, signals: &[SignalView]) -> Option<f64> {
+        let served: Option<f64> =
+            signals.iter().filter_map(|s| s.detail.get("arrival_rate").copied()).reduce(|a, b| a + b);
+        let published = signals.iter().filter_map(|s| s.detail.get("publish_rate").copied()).reduce(f64::max);
+        let backlog = backlog_total(signals);
+        let from_delta = match (backlog, self.prev) {
+            (Some(b), Some((t0, b0))) if t_s > t0 => Some(((b - b0) / (t_s - t0) + served.unwrap_or(0.0)).max(0.0)),
+            _ => served,
+        };
+        if let Some(b) = backlog {
+            self.prev = Some((t_s, b));
+        }
+        [from_delta, published].into_iter().flatten().filter(|x| x.is_finite()).reduce(f64::max)
+    }
+}
+
+/// The replica-equivalents the planner observes at one tick: the combined demand, or
+/// the arrival rate over `capacityPerReplica` when that is larger.
+pub fn observed_demand(d: &Demand, arrival_rate: Option<f64>, capacity_per_replica: Option<f64>) -> f64 {
+    let mut x = d.replicas;
+    if let (Some(mu), Some(rate)) = (capacity_per_replica, arrival_rate) {
+        x = x.max(rate / mu);
     }
     if x.is_finite() {
         x.max(0.0)
@@ -56,7 +99,13 @@ impl Predictor {
             ForecastModel::HoltWinters => FM::HoltWinters,
             ForecastModel::SeasonalNaive => FM::SeasonalNaive,
         };
-        Ok(Self { planner: Planner::new(cfg)?, settings: settings.clone(), last_t: None, last_desired: 0 })
+        Ok(Self {
+            planner: Planner::new(cfg)?,
+            arrivals: ArrivalEstimator::default(),
+            settings: settings.clone(),
+            last_t: None,
+            last_desired: 0,
+        })
     }
 
     /// Observe the tick's demand and plan. `t_s` is wall-clock seconds (unix).
@@ -67,8 +116,15 @@ impl Predictor {
             None => self.planner.config().interval_s,
         };
         if dt > 0.0 {
-            // Demand in replica-equivalents held over (t - dt, t]: mass = demand · dt.
-            self.planner.observe(t_s, dt, demand * dt, 0.0);
+            // Demand in replica-equivalents held over (t - dt, t], fed in one-second steps
+            // (the planner's native resolution, as in replay); a long gap (restart, missed
+            // ticks) is fed as its last hour only.
+            let steps = dt.min(3600.0).ceil().max(1.0) as u32;
+            let step = dt.min(3600.0) / f64::from(steps);
+            for i in 0..steps {
+                let end = t_s - step * f64::from(steps - 1 - i);
+                self.planner.observe(end, step, demand * step, 0.0);
+            }
             self.last_t = Some(t_s);
         }
         let mut d = self.planner.plan(t_s, self.last_desired, 0);
@@ -192,6 +248,39 @@ mod tests {
         }
         let d = d.unwrap();
         assert!(d.desired >= 1, "wake before the predicted arrival (reason: {})", d.reason);
+    }
+
+    fn sig(kind: &'static str, detail: &[(&'static str, f64)]) -> SignalView {
+        SignalView {
+            kind,
+            label: kind.into(),
+            per_replica: 1.0,
+            value: Some(0.0),
+            replicas: Some(0.0),
+            active: true,
+            last_good_ms: Some(1),
+            last_error: None,
+            last_error_ms: None,
+            failures: 0,
+            detail: detail.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn arrival_rate_is_queue_delta_plus_served_throughput() {
+        let mut a = ArrivalEstimator::default();
+        // First tick: only the served throughput is known.
+        let r = a.update(0.0, &[sig("rabbitmq", &[("messages", 100.0)]), sig("vllm", &[("arrival_rate", 4.0)])]);
+        assert_eq!(r, Some(4.0));
+        // 10 s later the queue grew by 30 while 4 req/s were served: λ = 3 + 4.
+        let r = a.update(10.0, &[sig("rabbitmq", &[("messages", 130.0)]), sig("vllm", &[("arrival_rate", 4.0)])]);
+        assert!((r.unwrap() - 7.0).abs() < 1e-9);
+        // Draining faster than served is clamped at 0, and a published rate counts too.
+        let r = a.update(20.0, &[sig("rabbitmq", &[("messages", 0.0), ("publish_rate", 2.5)])]);
+        assert_eq!(r, Some(2.5));
+        let d = Demand { replicas: 1.0, driver: Some(0), active: true };
+        assert_eq!(observed_demand(&d, Some(7.0), Some(2.0)), 3.5);
+        assert_eq!(observed_demand(&d, Some(7.0), None), 1.0);
     }
 
     #[test]

@@ -106,10 +106,13 @@ struct Verifiers {
 pub struct Authenticator {
     verifiers: RwLock<Verifiers>,
     kube: Option<kube::Client>,
-    cache: Mutex<HashMap<(String, Vec<String>, Access), (bool, Instant)>>,
+    cache: Mutex<HashMap<CacheKey, (bool, Instant)>>,
 }
 
 const CACHE_TTL: Duration = Duration::from_secs(10);
+
+/// (user, groups, what): one SubjectAccessReview answer.
+type CacheKey = (String, Vec<String>, Access);
 
 impl Authenticator {
     pub fn new(settings: AuthSettings, kube: Option<kube::Client>) -> Result<Self, TlsError> {

@@ -357,7 +357,7 @@ pub async fn serve(
                 tokio::time::sleep(tls::Reloading::POLL).await;
                 n += 1;
                 let mut force = false;
-                if from_configmap && kube.is_some() && n % 30 == 0 {
+                if from_configmap && kube.is_some() && n.is_multiple_of(30) {
                     if let Ok(s) = auth_settings(&opts, kube.as_ref()).await {
                         if s.all_cas() != auth.settings().all_cas() {
                             if let Err(e) = auth.update(s) {

@@ -133,7 +133,7 @@ mod tests {
             assert_eq!(w[1].0, w[0].1 + 15, "contiguous, no overlap");
         }
         for (s, e) in &c {
-            assert!((e - s) / 15 + 1 <= MAX_POINTS_PER_QUERY as i64);
+            assert!((e - s) / 15 < MAX_POINTS_PER_QUERY as i64);
         }
         assert_eq!(chunks(10, 10, 15), vec![(10, 10)]);
     }

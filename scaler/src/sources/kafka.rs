@@ -460,6 +460,9 @@ mod tests {
         assert_eq!(l.metric, 6.0 + 5.0 + 1.0);
         let mut e = c.clone();
         e.offset_reset_policy = ResetPolicy::Earliest;
+        // 41 > 3 partitions × 10: capped at 30 unless idle consumers are allowed.
+        assert_eq!(compute_lag(&e, &[p(10, Some(4)), p(20, Some(15)), p(30, None)]).metric, 30.0);
+        e.allow_idle_consumers = true;
         assert_eq!(compute_lag(&e, &[p(10, Some(4)), p(20, Some(15)), p(30, None)]).metric, 41.0);
         e.scale_to_zero_on_invalid_offset = true;
         assert_eq!(compute_lag(&e, &[p(30, None)]).metric, 0.0);

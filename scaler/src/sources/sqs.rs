@@ -122,10 +122,6 @@ impl SqsPool {
         m.insert(cfg.client_key(), client.clone());
         client
     }
-
-    pub async fn len(&self) -> usize {
-        self.clients.lock().await.len()
-    }
 }
 
 pub struct SqsSource {

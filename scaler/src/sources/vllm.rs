@@ -15,7 +15,8 @@
 //!   at both polls (a counter that went down restarted from 0). Absent on the first poll.
 //! - Pods down: the others are used and `detail["pods_down"]` counts the failed ones; a pod
 //!   answering without any `vllm:num_requests_*` series (for `vllmModel`) counts as down.
-//!   No pod up, or none discovered: the read fails (never a zero).
+//!   No pod up: the read fails (never a zero). A Service with no ready endpoint (the
+//!   fleet is at zero) reads 0 pods and 0 requests: the API positively said so.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -235,13 +236,29 @@ impl KubeClient {
             .get_or_try_init(|| async {
                 kube::Client::try_default().await.map_err(|e| {
                     SourceError::connect(format!(
-                        "no Kubernetes API (neither in-cluster config nor KUBECONFIG works): {e}"
+                        "no Kubernetes API (neither in-cluster config nor KUBECONFIG works): {}",
+                        error_chain(&e)
                     ))
                 })
             })
             .await
             .cloned()
     }
+}
+
+/// An error and its causes, `: `-separated (kube's top-level messages are terse).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let m = s.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        src = s.source();
+    }
+    out
 }
 
 /// What one pod's page says.
@@ -388,7 +405,10 @@ impl VllmSource {
                         ))
                     })?
                     .map_err(|e| {
-                        SourceError::connect(format!("listing EndpointSlices of service {namespace}/{name}: {e}"))
+                        SourceError::connect(format!(
+                            "listing EndpointSlices of service {namespace}/{name}: {}",
+                            error_chain(&e)
+                        ))
                     })?;
                 Ok(slice_urls(&list.items, port))
             }
@@ -398,12 +418,20 @@ impl VllmSource {
     async fn read_all(&self) -> Result<Reading, SourceError> {
         let urls = self.discover().await?;
         if urls.is_empty() {
-            return Err(SourceError::NotFound(match &self.cfg.pods {
-                Pods::Service { namespace, name, .. } => {
-                    format!("service {namespace}/{name} has no ready endpoint (no vLLM pod to read)")
+            return match &self.cfg.pods {
+                // The API answered and the Service has no ready pod: the fleet is at zero
+                // (or none is ready yet). That is a known 0 in-flight requests at the pods —
+                // requests then wait in the gateway or broker, whose own signals drive the
+                // wake-up — not missing data.
+                Pods::Service { .. } => {
+                    let detail =
+                        [("pods_total", 0.0), ("pods_up", 0.0), ("pods_down", 0.0), ("waiting", 0.0), ("running", 0.0)]
+                            .into_iter()
+                            .collect();
+                    Ok(Reading { value: 0.0, active: false, detail })
                 }
-                Pods::Endpoints { .. } => "no endpoint".into(),
-            }));
+                Pods::Endpoints { .. } => Err(SourceError::Connect("no endpoint".into())),
+            };
         }
         let timeout = self.cfg.scrape_timeout;
         let model = self.cfg.model.as_deref();

@@ -1,0 +1,821 @@
+//! Cluster awareness end to end: the real `prescale serve` against a fake Kubernetes API
+//! server (axum on 127.0.0.1:0) serving real-shaped objects — Nodes with GFD labels and
+//! MIG / time-sliced allocatable, Pods, a Deployment, ScaledObjects, a Karpenter NodePool
+//! and NodeClaim, Leases — with list/get/create/replace/merge-patch/delete and the watch
+//! protocol (`?watch=true`, newline-delimited WatchEvents after a resourceVersion).
+//! prescale finds it through a kubeconfig file in `KUBECONFIG`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::harness::{eventually, metric, sref, unique, Proxy, Server};
+
+// === the fake API server ===
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    /// collection ("api/v1/pods", "apis/apps/v1/deployments") → (namespace, name) → object.
+    objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
+    /// (rv, collection, namespace, event type, object)
+    log: Vec<(u64, String, String, &'static str, Value)>,
+    /// "METHOD path" of every write.
+    writes: Vec<String>,
+}
+
+#[derive(Clone)]
+struct FakeApi {
+    state: Arc<Mutex<State>>,
+    notify: Arc<tokio::sync::watch::Sender<u64>>,
+    port: u16,
+}
+
+fn kind_of(collection: &str) -> (&'static str, &'static str) {
+    match collection {
+        "api/v1/pods" => ("v1", "Pod"),
+        "api/v1/nodes" => ("v1", "Node"),
+        "apis/apps/v1/deployments" => ("apps/v1", "Deployment"),
+        "apis/keda.sh/v1alpha1/scaledobjects" => ("keda.sh/v1alpha1", "ScaledObject"),
+        "apis/karpenter.sh/v1/nodepools" => ("karpenter.sh/v1", "NodePool"),
+        "apis/karpenter.sh/v1/nodeclaims" => ("karpenter.sh/v1", "NodeClaim"),
+        "apis/coordination.k8s.io/v1/leases" => ("coordination.k8s.io/v1", "Lease"),
+        "apis/scheduling.k8s.io/v1/priorityclasses" => ("scheduling.k8s.io/v1", "PriorityClass"),
+        _ => ("v1", "Unknown"),
+    }
+}
+
+fn status(code: u16, reason: &str, message: String) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    if let Value::Object(p) = patch {
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let t = target.as_object_mut().unwrap();
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    } else {
+        *target = patch.clone();
+    }
+}
+
+fn selector_matches(sel: &str, obj: &Value) -> bool {
+    let labels = obj.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    sel.split(',').filter(|s| !s.is_empty()).all(|req| {
+        let get = |k: &str| labels.get(k.trim()).and_then(|v| v.as_str()).map(String::from);
+        if let Some((k, v)) = req.split_once("!=") {
+            get(k).as_deref() != Some(v.trim())
+        } else if let Some((k, v)) = req.split_once("==").or_else(|| req.split_once('=')) {
+            get(k).as_deref() == Some(v.trim())
+        } else if let Some(k) = req.strip_prefix('!') {
+            get(k).is_none()
+        } else {
+            get(req).is_some()
+        }
+    })
+}
+
+/// (collection, namespace, name) from a request path.
+fn parse_path(path: &str) -> Option<(String, Option<String>, Option<String>)> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, rest) = match *segs.first()? {
+        "api" => (format!("api/{}", segs.get(1)?), &segs[2..]),
+        "apis" => (format!("apis/{}/{}", segs.get(1)?, segs.get(2)?), &segs[3..]),
+        _ => return None,
+    };
+    let (ns, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        (Some(rest[1].to_string()), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let plural = rest.first()?;
+    Some((format!("{prefix}/{plural}"), ns, rest.get(1).map(|s| s.to_string())))
+}
+
+impl FakeApi {
+    async fn start() -> FakeApi {
+        let (tx, _) = tokio::sync::watch::channel(0u64);
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let api = FakeApi { state: Arc::default(), notify: Arc::new(tx), port };
+        let a2 = api.clone();
+        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, body: Bytes| {
+            let api = a2.clone();
+            async move { api.handle(method, uri, body).await }
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        });
+        api
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Store (create or replace) an object, as a controller would, emitting its watch event.
+    fn put(&self, collection: &str, mut obj: Value) {
+        let mut s = self.state.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        let (av, kind) = kind_of(collection);
+        obj["apiVersion"] = json!(av);
+        obj["kind"] = json!(kind);
+        let ns = obj.pointer("/metadata/namespace").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let name = obj.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap().to_string();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if obj.pointer("/metadata/uid").is_none() {
+            obj["metadata"]["uid"] = json!(format!("uid-{collection}-{ns}-{name}").replace('/', "-"));
+        }
+        if obj.pointer("/metadata/creationTimestamp").is_none() {
+            obj["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        let existed = s.objects.entry(collection.to_string()).or_default().insert((ns.clone(), name), obj.clone());
+        let ty = if existed.is_some() { "MODIFIED" } else { "ADDED" };
+        s.log.push((rv, collection.to_string(), ns, ty, obj));
+        drop(s);
+        self.notify.send_replace(rv);
+    }
+
+    fn remove(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+        let mut s = self.state.lock().unwrap();
+        let obj = s.objects.get_mut(collection)?.remove(&(ns.to_string(), name.to_string()))?;
+        s.rv += 1;
+        let rv = s.rv;
+        let mut gone = obj.clone();
+        gone["metadata"]["resourceVersion"] = json!(rv.to_string());
+        s.log.push((rv, collection.to_string(), ns.to_string(), "DELETED", gone.clone()));
+        drop(s);
+        self.notify.send_replace(rv);
+        Some(gone)
+    }
+
+    fn list(&self, collection: &str, ns: Option<&str>, selector: &str) -> Vec<Value> {
+        let s = self.state.lock().unwrap();
+        s.objects
+            .get(collection)
+            .map(|m| {
+                m.iter()
+                    .filter(|((n, _), o)| ns.is_none_or(|x| x == n) && selector_matches(selector, o))
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn get(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+        self.state.lock().unwrap().objects.get(collection)?.get(&(ns.to_string(), name.to_string())).cloned()
+    }
+
+    fn writes(&self) -> Vec<String> {
+        self.state.lock().unwrap().writes.clone()
+    }
+
+    async fn handle(&self, method: Method, uri: Uri, body: Bytes) -> Response {
+        let path = uri.path().to_string();
+        let q: BTreeMap<String, String> =
+            url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect();
+        if path == "/version" {
+            return axum::Json(json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "gitCommit": "0",
+                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+                "platform": "linux/amd64"}))
+            .into_response();
+        }
+        let Some((coll, ns, name)) = parse_path(&path) else {
+            return status(404, "NotFound", format!("no route {path}"));
+        };
+        if method != Method::GET {
+            self.state.lock().unwrap().writes.push(format!("{method} {path}"));
+        }
+        let nsv = ns.clone().unwrap_or_default();
+        match (method.clone(), name) {
+            (Method::GET, None) if q.get("watch").map(String::as_str) == Some("true") => {
+                let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(290u64);
+                self.watch(coll, ns, q.get("labelSelector").cloned().unwrap_or_default(), from, timeout)
+            }
+            (Method::GET, None) => {
+                let items = self.list(&coll, ns.as_deref(), q.get("labelSelector").map(String::as_str).unwrap_or(""));
+                let rv = self.state.lock().unwrap().rv;
+                let (av, kind) = kind_of(&coll);
+                axum::Json(json!({"apiVersion": av, "kind": format!("{kind}List"),
+                    "metadata": {"resourceVersion": rv.to_string()}, "items": items}))
+                .into_response()
+            }
+            (Method::GET, Some(n)) => match self.get(&coll, &nsv, &n) {
+                Some(o) => axum::Json(o).into_response(),
+                None => status(404, "NotFound", format!("{coll} \"{n}\" not found")),
+            },
+            (Method::POST, None) => {
+                let mut obj: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+                let n = obj.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or("").to_string();
+                if self.get(&coll, &nsv, &n).is_some() {
+                    return status(409, "AlreadyExists", format!("{coll} \"{n}\" already exists"));
+                }
+                if ns.is_some() {
+                    obj["metadata"]["namespace"] = json!(nsv);
+                }
+                obj["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+                self.put(&coll, obj);
+                (StatusCode::CREATED, axum::Json(self.get(&coll, &nsv, &n).unwrap())).into_response()
+            }
+            (Method::PUT, Some(n)) => {
+                let Some(old) = self.get(&coll, &nsv, &n) else {
+                    return status(404, "NotFound", format!("{coll} \"{n}\" not found"));
+                };
+                let mut obj: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+                let sent = obj.pointer("/metadata/resourceVersion").cloned();
+                if sent.is_some() && sent != old.pointer("/metadata/resourceVersion").cloned() {
+                    return status(409, "Conflict", format!("{coll} \"{n}\": the object has been modified"));
+                }
+                obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+                self.put(&coll, obj);
+                axum::Json(self.get(&coll, &nsv, &n).unwrap()).into_response()
+            }
+            (Method::PATCH, Some(n)) => {
+                let Some(mut obj) = self.get(&coll, &nsv, &n) else {
+                    return status(404, "NotFound", format!("{coll} \"{n}\" not found"));
+                };
+                let patch: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+                merge_patch(&mut obj, &patch);
+                self.put(&coll, obj);
+                axum::Json(self.get(&coll, &nsv, &n).unwrap()).into_response()
+            }
+            (Method::DELETE, Some(n)) => match self.remove(&coll, &nsv, &n) {
+                Some(o) => axum::Json(o).into_response(),
+                None => status(404, "NotFound", format!("{coll} \"{n}\" not found")),
+            },
+            _ => status(405, "MethodNotAllowed", format!("{method} {path}")),
+        }
+    }
+
+    fn watch(&self, coll: String, ns: Option<String>, selector: String, from: u64, timeout_s: u64) -> Response {
+        let state = self.state.clone();
+        let rx = self.notify.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+        let stream = futures::stream::unfold((from, rx), move |(mut last, mut rx)| {
+            let state = state.clone();
+            let (coll, ns, selector) = (coll.clone(), ns.clone(), selector.clone());
+            async move {
+                loop {
+                    let mut out = String::new();
+                    {
+                        let s = state.lock().unwrap();
+                        let since = last;
+                        for (rv, c, n, ty, obj) in s.log.iter().filter(|e| e.0 > since) {
+                            last = *rv;
+                            if *c == coll && ns.as_ref().is_none_or(|x| x == n) && selector_matches(&selector, obj) {
+                                out.push_str(&json!({"type": ty, "object": obj}).to_string());
+                                out.push('\n');
+                            }
+                        }
+                    }
+                    if !out.is_empty() {
+                        return Some((Ok::<Bytes, std::io::Error>(Bytes::from(out)), (last, rx)));
+                    }
+                    tokio::select! {
+                        r = rx.changed() => if r.is_err() { return None },
+                        _ = tokio::time::sleep_until(deadline) => return None,
+                    }
+                }
+            }
+        });
+        Response::builder().header("content-type", "application/json").body(Body::from_stream(stream)).unwrap()
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+fn kubeconfig(server: &str) -> String {
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique("prescale")));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: prescale\ncurrent-context: fake\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().to_string()
+}
+
+/// A fake Prometheus answering every instant query with `value`.
+async fn fake_prometheus(value: Arc<Mutex<f64>>) -> String {
+    let app = axum::Router::new().route(
+        "/api/v1/query",
+        axum::routing::get(move || {
+            let v = *value.lock().unwrap();
+            async move {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+                axum::Json(json!({"status": "success", "data": {"resultType": "vector",
+                    "result": [{"metric": {}, "value": [now, v.to_string()]}]}}))
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+// === real-shaped fixtures ===
+
+const PODS: &str = "api/v1/pods";
+const NODES: &str = "api/v1/nodes";
+const DEPLOYMENTS: &str = "apis/apps/v1/deployments";
+const SCALEDOBJECTS: &str = "apis/keda.sh/v1alpha1/scaledobjects";
+const NODEPOOLS: &str = "apis/karpenter.sh/v1/nodepools";
+const NODECLAIMS: &str = "apis/karpenter.sh/v1/nodeclaims";
+const LEASES: &str = "apis/coordination.k8s.io/v1/leases";
+
+fn h100_node(name: &str, created: &str, ready: &str, mig_3g: u32) -> Value {
+    json!({
+        "metadata": {"name": name, "creationTimestamp": created, "labels": {
+            "karpenter.sh/nodepool": "gpu-mig",
+            "node.kubernetes.io/instance-type": "p5.48xlarge",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/mig.capable": "true",
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig.config": "custom-4x1g.10gb-1x3g.40gb",
+            "nvidia.com/mig.config.state": "success",
+            "nvidia.com/mig-1g.10gb.count": "4",
+            "nvidia.com/mig-3g.40gb.count": mig_3g.to_string()
+        }},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": "190", "memory": "2000Gi", "pods": "110",
+                "nvidia.com/mig-1g.10gb": "4", "nvidia.com/mig-3g.40gb": mig_3g.to_string()},
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ready}]
+        }
+    })
+}
+
+fn time_sliced_node() -> Value {
+    json!({
+        "metadata": {"name": "a10g-ts", "labels": {
+            "karpenter.sh/nodepool": "shared",
+            "nvidia.com/gpu.product": "NVIDIA-A10G",
+            "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            "nvidia.com/gpu.replicas": "4"
+        }},
+        "status": {"allocatable": {"cpu": "15", "nvidia.com/gpu.shared": "4"},
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-12-01T00:02:00Z"}]}
+    })
+}
+
+fn vllm_pod(name: &str, app: &str, node: &str, created: &str, ready: Option<&str>, resource: &str) -> Value {
+    let conditions = match ready {
+        Some(r) => json!([{"type": "Ready", "status": "True", "lastTransitionTime": r}]),
+        None => json!([{"type": "Ready", "status": "False", "lastTransitionTime": created}]),
+    };
+    json!({
+        "metadata": {"name": name, "namespace": "llm", "uid": format!("uid-{name}"), "creationTimestamp": created,
+            "labels": {"app": app, "pod-template-hash": "abc"}},
+        "spec": {"nodeName": node, "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9",
+            "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {resource: "1"}}}]},
+        "status": {"phase": "Running", "conditions": conditions}
+    })
+}
+
+fn deployment(name: &str, resource: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "llm"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9",
+                        "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {resource: "1"}}}],
+                    "nodeSelector": {"karpenter.sh/nodepool": "gpu-mig"},
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}
+                    ]}}},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+                }
+            }
+        }
+    })
+}
+
+fn scaled_object(name: &str, target: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "llm"},
+        "spec": {"scaleTargetRef": {"name": target}, "minReplicaCount": 1, "maxReplicaCount": 10,
+            "triggers": [{"type": "external", "metadata": {"scalerAddress": "prescale.keda:9090"}}]}
+    })
+}
+
+/// The scene: an old H100 with one free 3g.40gb slice, a new H100 (launched by a NodeClaim
+/// for the pods) full, a time-sliced A10G; three Ready replicas with known warm-ups.
+fn seed(api: &FakeApi) {
+    api.put(NODES, h100_node("h100-old", "2025-12-01T00:00:00Z", "2025-12-01T00:02:00Z", 2));
+    // Launched for p2: claim at +5 s, node object at +40 s, Ready at +150 s.
+    api.put(NODES, h100_node("h100-new", "2026-01-01T00:00:40Z", "2026-01-01T00:02:30Z", 2));
+    api.put(NODES, time_sliced_node());
+    api.put(
+        NODECLAIMS,
+        json!({"metadata": {"name": "gpu-mig-x7k2p", "creationTimestamp": "2026-01-01T00:00:05Z",
+            "labels": {"karpenter.sh/nodepool": "gpu-mig"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}]},
+            "status": {"nodeName": "h100-new", "providerID": "aws:///us-east-1a/i-0abc",
+                "conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:02:40Z"}]}}),
+    );
+    api.put(
+        NODEPOOLS,
+        json!({"metadata": {"name": "gpu-mig"}, "spec": {
+            "template": {"metadata": {"labels": {"nvidia.com/mig.config": "custom-4x1g.10gb-1x3g.40gb"}},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                    "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}],
+                    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}},
+            "limits": {"nvidia.com/gpu": "64"}}}),
+    );
+    api.put(DEPLOYMENTS, deployment("vllm", "nvidia.com/mig-3g.40gb"));
+    api.put(SCALEDOBJECTS, scaled_object("llama", "vllm"));
+    // Warm-ups: 200 s, 400 s (waited for h100-new), 300 s.
+    api.put(
+        PODS,
+        vllm_pod(
+            "vllm-1",
+            "vllm",
+            "h100-old",
+            "2025-12-02T00:00:00Z",
+            Some("2025-12-02T00:03:20Z"),
+            "nvidia.com/mig-3g.40gb",
+        ),
+    );
+    api.put(
+        PODS,
+        vllm_pod(
+            "vllm-2",
+            "vllm",
+            "h100-new",
+            "2026-01-01T00:00:00Z",
+            Some("2026-01-01T00:06:40Z"),
+            "nvidia.com/mig-3g.40gb",
+        ),
+    );
+    api.put(
+        PODS,
+        vllm_pod(
+            "vllm-3",
+            "vllm",
+            "h100-new",
+            "2026-01-01T01:00:00Z",
+            Some("2026-01-01T01:05:00Z"),
+            "nvidia.com/mig-3g.40gb",
+        ),
+    );
+    // Something else on the time-sliced node.
+    let mut other = vllm_pod(
+        "embed-1",
+        "embed",
+        "a10g-ts",
+        "2025-12-02T00:00:00Z",
+        Some("2025-12-02T00:01:00Z"),
+        "nvidia.com/gpu.shared",
+    );
+    other["metadata"]["namespace"] = json!("other");
+    api.put(PODS, other);
+    // A second ScaledObject whose Deployment asks for a MIG profile nobody offers.
+    api.put(DEPLOYMENTS, deployment("phi", "nvidia.com/mig-2g.20gb"));
+    api.put(SCALEDOBJECTS, scaled_object("phi", "phi"));
+}
+
+fn md<'a>(prom: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut v = vec![
+        ("prometheusServerAddress", prom),
+        ("prometheusQuery", "sum(vllm:num_requests_waiting)"),
+        ("prometheusPerReplica", "1"),
+        ("sampleSeconds", "1"),
+        ("staleAfterSeconds", "30"),
+        ("scaleToZero", "false"),
+        ("maxReplicas", "10"),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+async fn debug_of(s: &Server, name: &str) -> Value {
+    let (_, body) = s.get("/debug/scalers").await;
+    let v: Value = serde_json::from_str(&body).unwrap_or(json!({}));
+    v["scaledObjects"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["scaledObject"] == format!("llm/{name}")).cloned())
+        .unwrap_or(json!({}))
+}
+
+async fn cluster_status(s: &Server) -> Value {
+    let (_, body) = s.get("/debug/scalers").await;
+    serde_json::from_str::<Value>(&body).map(|v| v["cluster"].clone()).unwrap_or(json!({}))
+}
+
+fn placeholders(api: &FakeApi) -> Vec<Value> {
+    api.list(PODS, Some("llm"), "prescale.io/headroom-for=llm.llama")
+}
+
+fn env_for(kc: &str) -> Vec<(&str, &str)> {
+    vec![("KUBECONFIG", kc), ("PRESCALE_LEASE_SECONDS", "3"), ("PRESCALE_LEASE_NAMESPACE", "prescale")]
+}
+
+// === tests ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_replicas_land() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let demand = Arc::new(Mutex::new(6.0));
+    let prom = fake_prometheus(demand.clone()).await;
+    let kc = kubeconfig(&api.url());
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    let mut c = server.client().await;
+    let llama = sref("llm", "llama", &md(&prom, &[("warmupSeconds", "auto"), ("karpenterMode", "headroom")]));
+    let phi = sref("llm", "phi", &md(&prom, &[("karpenterMode", "off")]));
+    eventually(20, "first answer", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { metric(&mut c, &r).await.ok() }
+    })
+    .await;
+    assert!(metric(&mut c, &phi).await.is_ok());
+
+    // Warm-up measured from pod and node timestamps: pods 200/400/300 s; the node that
+    // came for vllm-2 from its NodeClaim (+5 s) to Ready (+150 s) = 145 s.
+    let d = eventually(20, "three warm-up samples", || {
+        let s = &server;
+        async move {
+            let d = debug_of(s, "llama").await;
+            (d["cluster"]["warmup"]["pod"]["samples"] == 3).then_some(d)
+        }
+    })
+    .await;
+    let w = &d["cluster"]["warmup"];
+    assert_eq!(w["pod"]["p50"], 300.0, "{w}");
+    assert_eq!(w["pod"]["max"], 400.0, "{w}");
+    assert_eq!(w["node"]["samples"], 1, "{w}");
+    assert_eq!(w["node"]["last"], 145.0, "{w}");
+    assert_eq!(w["auto"]["seconds"], 400.0, "p90 of 3 samples: {w}");
+    // warmupSeconds: auto plans with it.
+    let d = eventually(15, "planner uses the measured warm-up", || {
+        let s = &server;
+        async move {
+            let d = debug_of(s, "llama").await;
+            (d["snapshot"]["planner"]["warmupPlannedSeconds"] == 400.0).then_some(d)
+        }
+    })
+    .await;
+
+    // Capacity: h100-old has one free 3g.40gb; h100-new is full; the tainted nodes are
+    // tolerated; the time-sliced node shows 3 free shared GPUs in its pool.
+    let cap = &d["cluster"]["capacity"];
+    assert_eq!(cap["currentReplicas"], 3, "{cap}");
+    assert_eq!(cap["fit"]["fitsNow"], 1, "{cap}");
+    assert_eq!(cap["fit"]["eligibleNodes"], 2, "{cap}");
+    assert_eq!(cap["freeByNodePool"]["gpu-mig"]["nvidia.com/mig-3g.40gb"], 1, "{cap}");
+    assert_eq!(cap["freeByNodePool"]["gpu-mig"]["nvidia.com/mig-1g.10gb"], 8, "{cap}");
+    assert_eq!(cap["freeByNodePool"]["shared"]["nvidia.com/gpu.shared"], 3, "{cap}");
+    assert_eq!(cap["nodePools"][0]["name"], "gpu-mig", "{cap}");
+
+    // The MIG profile nobody offers is named, with the nodes' labels.
+    let p = debug_of(&server, "phi").await;
+    let warn = p["cluster"]["warnings"][0].as_str().unwrap_or_default().to_string();
+    assert!(warn.contains("MIG profile 2g.20gb (nvidia.com/mig-2g.20gb) is requested but no node offers it"), "{p}");
+    assert!(warn.contains("nvidia.com/mig.config=custom-4x1g.10gb-1x3g.40gb"), "{warn}");
+    assert!(warn.contains("h100-old ["), "{warn}");
+
+    // The plan (≥ 6) is above what fits (3 running + 1 free): flagged, and placeholders
+    // for the rest are created with the replica's requests and placement.
+    let desired = d["cluster"]["plan"]["desired"].as_u64().unwrap_or(0) as usize;
+    assert!(desired >= 6, "{d}");
+    assert!(d["cluster"]["overCapacity"].as_str().unwrap_or("").contains("3 exist and 1 more fit"), "{d}");
+    // (Re-read the plan each time: the forecast may still move it by one.)
+    let (pods, desired) = eventually(20, "headroom placeholders for the plan beyond what fits", || {
+        let (api, s) = (api.clone(), &server);
+        async move {
+            let desired = debug_of(s, "llama").await["cluster"]["plan"]["desired"].as_u64()? as usize;
+            let p = placeholders(&api);
+            (p.len() == desired - 3 - 1).then_some((p, desired))
+        }
+    })
+    .await;
+    let want = desired - 3 - 1;
+    let ph = &pods[0];
+    let spec = &ph["spec"];
+    assert_eq!(spec["priorityClassName"], "prescale-headroom");
+    let res = &spec["containers"][0]["resources"];
+    assert_eq!(res["limits"]["nvidia.com/mig-3g.40gb"], "1", "{res}");
+    assert_eq!(res["requests"]["nvidia.com/mig-3g.40gb"], "1", "{res}");
+    assert_eq!(res["requests"]["cpu"], "8000m", "{res}");
+    assert_eq!(spec["nodeSelector"]["karpenter.sh/nodepool"], "gpu-mig");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+            ["matchExpressions"][0]["values"][0],
+        "NVIDIA-H100-80GB-HBM3"
+    );
+    assert_eq!(spec["tolerations"][0]["key"], "nvidia.com/gpu");
+    assert!(ph["metadata"]["labels"].get("app").is_none(), "placeholders must not match the Deployment");
+    assert_eq!(ph["metadata"]["ownerReferences"][0]["kind"], "PriorityClass");
+    let pc = api.get("apis/scheduling.k8s.io/v1/priorityclasses", "", "prescale-headroom").expect("PriorityClass");
+    assert_eq!(pc["value"], -10);
+    assert_eq!(pc["preemptionPolicy"], "Never");
+    assert_eq!(ph["metadata"]["ownerReferences"][0]["uid"], pc["metadata"]["uid"]);
+    // The hint is annotated on the NodePool.
+    let pool = eventually(10, "NodePool hint", || {
+        let api = api.clone();
+        async move {
+            let p = api.get(NODEPOOLS, "", "gpu-mig")?;
+            p.pointer("/metadata/annotations/prescale.io~1headroom").is_some().then_some(p)
+        }
+    })
+    .await;
+    let hint: Value =
+        serde_json::from_str(pool["metadata"]["annotations"]["prescale.io/headroom"].as_str().unwrap()).unwrap();
+    let hinted = hint["llm/llama"]["replicas"].as_u64().unwrap_or(0) as usize;
+    assert!(hinted + 1 >= want && hinted <= want + 1, "hint {hint} vs {want} placeholders (the plan may move by one)");
+    assert_eq!(hint["llm/llama"]["perReplica"]["nvidia.com/mig-3g.40gb"], 1, "{hint}");
+    // /metrics carries warm-up quantiles, free GPU capacity and headroom pods.
+    let (_, m) = server.get("/metrics").await;
+    assert!(
+        m.contains(
+            "prescale_warmup_seconds{namespace=\"llm\",scaledobject=\"llama\",phase=\"pod\",quantile=\"0.9\"} 400"
+        ),
+        "{m}"
+    );
+    assert!(m.contains("prescale_gpu_free{nodepool=\"shared\",resource=\"nvidia.com/gpu.shared\"} 3"), "{m}");
+    assert!(m.contains("prescale_headroom_pods{namespace=\"llm\",scaledobject=\"llama\"} "), "{m}");
+
+    // Real replicas land (KEDA scaled the Deployment; Karpenter brought a node): the
+    // placeholders go, and so does the hint.
+    api.put(NODES, h100_node("h100-third", "2026-01-02T00:00:00Z", "2026-01-02T00:02:00Z", 2));
+    let now = now_rfc3339();
+    // Up to maxReplicas (10), so a plan that moved up meanwhile is covered too.
+    for i in 0..7 {
+        let node = if i == 0 { "h100-old" } else { "h100-third" };
+        api.put(PODS, vllm_pod(&format!("vllm-new-{i}"), "vllm", node, &now, None, "nvidia.com/mig-3g.40gb"));
+    }
+    eventually(20, "placeholders removed once replicas landed", || {
+        let api = api.clone();
+        async move { placeholders(&api).is_empty().then_some(()) }
+    })
+    .await;
+    eventually(10, "NodePool hint cleared", || {
+        let api = api.clone();
+        async move {
+            let p = api.get(NODEPOOLS, "", "gpu-mig")?;
+            p.pointer("/metadata/annotations/prescale.io~1headroom").is_none().then_some(())
+        }
+    })
+    .await;
+    // karpenterMode: off never wrote for phi.
+    assert!(api.list(PODS, Some("llm"), "prescale.io/headroom-for=llm.phi").is_empty());
+    assert!(metric(&mut c, &llama).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_one_lease_one_writer() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let kc = kubeconfig(&api.url());
+    let a = Server::start_with_env(&[], &env_for(&kc));
+    let b = Server::start_with_env(&[], &env_for(&kc));
+    let holder = eventually(20, "a Lease holder", || {
+        let api = api.clone();
+        async move {
+            api.get(LEASES, "prescale", "prescale-leader")?
+                .pointer("/spec/holderIdentity")
+                .and_then(|v| v.as_str())
+                .map(String::from)
+        }
+    })
+    .await;
+    // Both have done a round since both started (the other sees the holder).
+    eventually(10, "both see the Lease", || {
+        let (a, b) = (&a, &b);
+        async move {
+            let (sa, sb) = (cluster_status(a).await, cluster_status(b).await);
+            (sa["leaseHolder"].is_string() && sb["leaseHolder"].is_string()).then_some(())
+        }
+    })
+    .await;
+    // Over several renewals exactly one of them is the leader, and it is the holder.
+    for _ in 0..5 {
+        let (sa, sb) = (cluster_status(&a).await, cluster_status(&b).await);
+        let leaders = [&sa, &sb].iter().filter(|s| s["leader"] == true).count();
+        assert_eq!(
+            leaders,
+            1,
+            "a: {sa}\nb: {sb}\nlogs a: {}\nlogs b: {}\nwrites: {:?}",
+            a.log.lock().unwrap().join("\n"),
+            b.log.lock().unwrap().join("\n"),
+            api.writes()
+        );
+        let l = if sa["leader"] == true { &sa } else { &sb };
+        let f = if sa["leader"] == true { &sb } else { &sa };
+        assert_eq!(l["identity"], holder.as_str());
+        assert_eq!(l["features"]["writer"]["on"], true);
+        assert_eq!(f["features"]["writer"]["on"], false);
+        assert!(f["features"]["writer"]["reason"].as_str().unwrap_or("").contains("not the leader"), "{f}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    // The leader goes away: the other takes over once the Lease expires.
+    let (mut leader, follower) = if cluster_status(&a).await["leader"] == true { (a, b) } else { (b, a) };
+    leader.terminate();
+    eventually(20, "the follower takes over", || {
+        let f = &follower;
+        async move { (cluster_status(f).await["leader"] == true).then_some(()) }
+    })
+    .await;
+    let lease = api.get(LEASES, "prescale", "prescale-leader").unwrap();
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+    assert!(api.writes().iter().any(|w| w.starts_with("PUT /apis/coordination.k8s.io/v1/namespaces/prescale/leases/")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_going_away_degrades_to_off_without_failing_keda() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let proxy = Proxy::start(&format!("127.0.0.1:{}", api.port)).await;
+    let kc = kubeconfig(&format!("http://127.0.0.1:{}", proxy.port));
+    let prom = fake_prometheus(Arc::new(Mutex::new(2.0))).await;
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    let mut c = server.client().await;
+    let r = sref("llm", "llama", &md(&prom, &[("warmupSeconds", "auto"), ("mode", "reactive")]));
+    eventually(20, "first answer", || {
+        let (mut c, r) = (c.clone(), r.clone());
+        async move { metric(&mut c, &r).await.ok() }
+    })
+    .await;
+    eventually(20, "capacity on", || {
+        let s = &server;
+        async move { (cluster_status(s).await["features"]["capacity"]["on"] == true).then_some(()) }
+    })
+    .await;
+    eventually(20, "warm-up measured", || {
+        let s = &server;
+        async move { (debug_of(s, "llama").await["cluster"]["warmup"]["pod"]["samples"] == 3).then_some(()) }
+    })
+    .await;
+    proxy.cut();
+    let st = eventually(30, "features off after the API went away", || {
+        let s = &server;
+        async move {
+            let st = cluster_status(s).await;
+            (st["features"]["capacity"]["on"] == false && st["features"]["warmup"]["on"] == false).then_some(st)
+        }
+    })
+    .await;
+    assert!(st["features"]["capacity"]["reason"].as_str().unwrap_or("").contains("watch failing"), "{st}");
+    // KEDA's calls keep working, measured warm-up is kept.
+    for _ in 0..3 {
+        assert_eq!(metric(&mut c, &r).await.expect("GetMetrics still answers"), 2);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let d = debug_of(&server, "llama").await;
+    assert_eq!(d["cluster"]["warmup"]["pod"]["samples"], 3, "{d}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_kubernetes_every_feature_says_off_at_start_and_in_debug() {
+    let prom = fake_prometheus(Arc::new(Mutex::new(1.0))).await;
+    let missing = std::env::temp_dir().join(format!("{}.kubeconfig", unique("missing")));
+    let server = Server::start_with_env(&[], &[("KUBECONFIG", missing.to_str().unwrap())]);
+    let c = server.client().await;
+    let r = sref(
+        "llm",
+        "llama",
+        &md(&prom, &[("warmupSeconds", "auto"), ("karpenterMode", "headroom"), ("mode", "shadow")]),
+    );
+    let v = eventually(20, "answer", || {
+        let (mut c, r) = (c.clone(), r.clone());
+        async move { metric(&mut c, &r).await.ok() }
+    })
+    .await;
+    assert_eq!(v, 1);
+    let st = cluster_status(&server).await;
+    for f in ["warmup", "capacity", "karpenter", "writer"] {
+        assert_eq!(st["features"][f]["on"], false, "{st}");
+        assert!(st["features"][f]["reason"].as_str().unwrap_or("").contains("no Kubernetes configuration"), "{st}");
+    }
+    let logs = server.log.lock().unwrap().join("\n");
+    assert!(logs.contains("cluster features off"), "{logs}");
+    let d = debug_of(&server, "llama").await;
+    assert_eq!(d["cluster"]["warmup"]["auto"]["seconds"], Value::Null, "{d}");
+    assert_eq!(d["snapshot"]["planner"]["warmupPlannedSeconds"], 180.0, "fallback: {d}");
+}
