@@ -447,3 +447,39 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
         assert_eq!(err.code(), tonic::Code::Unavailable);
     }
 }
+
+#[tokio::test]
+async fn vllm_service_at_zero_replicas_reads_a_known_zero() {
+    // The fleet is at zero: the Service's slices hold only a pod that is not ready yet.
+    let list = serde_json::json!({
+        "kind": "EndpointSliceList",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {"resourceVersion": "7"},
+        "items": [slice("llm", "idle", "a1b2c", 8000, serde_json::json!([endpoint("llm", "idle-0", "192.0.2.20", false)]))]
+    });
+    let app = axum::Router::new().route(
+        "/apis/discovery.k8s.io/v1/namespaces/llm/endpointslices",
+        axum::routing::get(move || {
+            let list = list.clone();
+            async move { axum::Json(list) }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let _api = tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    let cfg = kubeconfig(&format!("http://127.0.0.1:{port}"));
+    let srv = Server::start_with_env(&[], &[("KUBECONFIG", cfg.to_str().unwrap())]);
+    let c = srv.client().await;
+    let name = unique("idle");
+    let so = sref("llm", &name, &[("vllmService", "idle"), ("sampleSeconds", "1"), ("mode", "reactive")]);
+    // The API positively says there is no ready pod: 0 requests at the pods, inactive —
+    // not UNAVAILABLE (which would pin the fleet at KEDA's fallback size forever).
+    wait_metric(&c, &so, 0, 20).await;
+    let mut cc = c.clone();
+    assert!(!active(&mut cc, &so).await.unwrap());
+    let d = detail(&srv, "llm", &name).await.expect("detail");
+    assert_eq!(num(&d, "pods_total"), Some(0.0), "{d}");
+    let _ = std::fs::remove_file(&cfg);
+}

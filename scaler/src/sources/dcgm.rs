@@ -104,25 +104,8 @@ impl DcgmConfig {
                 md.error("dcgmEndpoints", None, "is required (or dcgmPrometheus): where to read DCGM metrics");
                 None
             }
-            (Some(list), None) => {
-                let mut urls = Vec::new();
-                let mut bad = false;
-                for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    match exposition::endpoint_url(item, DEFAULT_PORT) {
-                        Ok(u) => urls.push(u.to_string()),
-                        Err(why) => {
-                            md.error("dcgmEndpoints", Some(item), &why);
-                            bad = true;
-                        }
-                    }
-                }
-                urls.dedup();
-                if urls.is_empty() && !bad {
-                    md.error("dcgmEndpoints", Some(&list), "lists no endpoint");
-                }
-                (!bad && !urls.is_empty())
-                    .then(|| Origin::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls })
-            }
+            (Some(list), None) => exposition::endpoint_list(md, "dcgmEndpoints", &list, DEFAULT_PORT)
+                .map(|urls| Origin::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls }),
             (None, Some(p)) => match url::Url::parse(&p) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
                     let server = p.trim_end_matches('/').to_string();

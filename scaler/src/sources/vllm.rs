@@ -137,23 +137,8 @@ impl VllmConfig {
                     );
                     None
                 } else {
-                    let mut urls = Vec::new();
-                    let mut bad = false;
-                    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        match exposition::endpoint_url(item, DEFAULT_PORT) {
-                            Ok(u) => urls.push(u.to_string()),
-                            Err(why) => {
-                                md.error("vllmEndpoints", Some(item), &why);
-                                bad = true;
-                            }
-                        }
-                    }
-                    urls.dedup();
-                    if urls.is_empty() && !bad {
-                        md.error("vllmEndpoints", Some(&list), "lists no endpoint");
-                    }
-                    (!bad && !urls.is_empty())
-                        .then(|| Pods::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls })
+                    exposition::endpoint_list(md, "vllmEndpoints", &list, DEFAULT_PORT)
+                        .map(|urls| Pods::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls })
                 }
             }
             (None, Some(name)) => {
