@@ -57,7 +57,13 @@ fn main() {
     let dir = traces_dir();
     println!("prescale scorecard — traces from {}", dir.display());
     let mut rows: Vec<Row> = Vec::new();
+    // Debug filters: `PRESCALE_ONLY=<substring of a trace stem>`, `PRESCALE_W=<warm-up>`.
+    let only = std::env::var("PRESCALE_ONLY").ok();
+    let only_w: Option<u64> = std::env::var("PRESCALE_W").ok().and_then(|v| v.parse().ok());
     for (stem, cap, slo) in DEV {
+        if only.as_deref().is_some_and(|o| !stem.contains(o)) {
+            continue;
+        }
         let path = dir.join(format!("{stem}.csv"));
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -77,6 +83,9 @@ fn main() {
         let mut decide_ns = 0.0;
         let mut decisions = 0usize;
         for w in WARMUPS {
+            if only_w.is_some_and(|x| x != w) {
+                continue;
+            }
             let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
             let mut pre = PrescalePolicy::new(&sc).expect("valid scenario");
             let t0 = Instant::now();

@@ -21,7 +21,9 @@
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
 //!   runs on the same arrivals, and candidates costing more than it (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
-//!   spend) are not eligible;
+//!   spend) are not eligible; the headroom left between the best eligible candidate and a
+//!   better, costlier one of the same kind is spent on a convex mix of their planned demands
+//!   (the candidate grid is coarse), once the budget has a few hours of evidence;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
 //!   shortfall over W) over max(SLO, W/10).
 //!
@@ -393,6 +395,8 @@ const LEVEL_TAU_S: f64 = 1800.0;
 /// (newsvendor reading: provision a replica when P(it is needed) > 1/150, i.e. plan near
 /// the 99.3 % quantile), within the budget of the reactive shadow.
 pub const MISS_PRICE_SERVICE_TIMES: f64 = 150.0;
+/// Share of the budget headroom above the followed candidate spent on mixing in a costlier one.
+const BLEND_HEADROOM_SHARE: f64 = 1.0;
 /// Seconds of counterfactual evidence before the planner follows its choice.
 const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
@@ -610,6 +614,37 @@ impl Counterfactual {
         best
     }
 
+    /// A candidate better than `i` (lower cost + `price` × late) but over `budget`, with the
+    /// most objective gained per replica-second, and the share of it the budget affords.
+    fn partner(&self, i: usize, price: f64, budget: f64) -> Option<(usize, f64)> {
+        let ci = self.cost[i];
+        let ji = ci + price * self.late[i];
+        if budget <= ci {
+            return None;
+        }
+        let ca = Cand::from_index(i);
+        let mut best: Option<(usize, f64)> = None;
+        for k in 0..CF_N {
+            let ck = self.cost[k];
+            let jk = ck + price * self.late[k];
+            // Only a costlier margin of the same kind (same wake rule, forecast or standing
+            // level) mixes into a margin between the two.
+            let cb = Cand::from_index(k);
+            if cb.wake != ca.wake || (cb.level == 0) != (ca.level == 0) {
+                continue;
+            }
+            if ck <= budget || jk >= ji {
+                continue;
+            }
+            let gain = (ji - jk) / (ck - ci).max(1e-9);
+            if best.is_none_or(|(_, g)| gain > g) {
+                best = Some((k, gain));
+            }
+        }
+        // The budget's integral feedback trims the share if the mix overspends.
+        best.map(|(k, _)| (k, (BLEND_HEADROOM_SHARE * (budget - ci) / (self.cost[k] - ci)).clamp(0.0, 1.0)))
+    }
+
     fn approx_heap_bytes(&self) -> usize {
         self.orders.capacity() * std::mem::size_of::<(f64, [u32; CF_N])>()
             + (self.backlog.capacity() + self.late.capacity() + self.cost.capacity()) * 8
@@ -802,6 +837,10 @@ pub struct Planner {
     /// Share of the shadow's spend the candidates may use (integral feedback, ≤ 1).
     budget_gain: f64,
     cand_idx: Option<usize>,
+    /// A costlier candidate with fewer misses the followed one is mixed with, and its share:
+    /// the candidates are a coarse grid, so the budget left between the best eligible one and
+    /// the next better one is spent on a convex mix of their planned demands.
+    blend: Option<(usize, f64)>,
     /// Slow mean arrival rate (req/s), time constant `LEVEL_TAU_S`.
     level: f64,
     level_t: f64,
@@ -886,6 +925,7 @@ impl Planner {
             last_desired: 0,
             budget_gain: 1.0,
             cand_idx: None,
+            blend: None,
             level: 0.0,
             level_t: 0.0,
             rate_1m: 0.0,
@@ -956,8 +996,12 @@ impl Planner {
         self.shadow.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay);
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
-            let followed = self.cand_idx.and_then(|i| self.cf.reps.get(i).copied()).unwrap_or(self.last_desired);
-            self.followed_cf_cost = self.followed_cf_cost * decay + followed as f64 * dt;
+            let mut followed =
+                self.cand_idx.and_then(|i| self.cf.reps.get(i).copied()).unwrap_or(self.last_desired) as f64;
+            if let Some((k, th)) = self.blend {
+                followed += th * (self.cf.reps[k] as f64 - followed);
+            }
+            self.followed_cf_cost = self.followed_cf_cost * decay + followed * dt;
         }
         let g = 1.0 - (-dt / LEVEL_TAU_S).exp();
         self.level += g * (mass / dt - self.level);
@@ -1397,11 +1441,16 @@ impl Planner {
             let ratio = self.shadow.cost / self.own_cost;
             self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(0.2, 1.0);
         }
+        // (Below 1 when the planner spends less than the candidates it follows, e.g. after
+        // the idle rules released a replica early: the unspent share goes back to the budget.)
         let overhead =
-            if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(1.0, 2.0) } else { 1.0 };
+            if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(0.8, 2.0) } else { 1.0 };
         let budget = self.budget_gain * self.shadow.cost / overhead;
         let i = self.cf.best(price, self.cand_idx, budget);
         self.cand_idx = Some(i);
+        // Mixing spends the headroom left under the budget, so it waits until the budget
+        // itself is settled: a few hours of counterfactual evidence (a quarter half-life).
+        self.blend = if self.cf.seen_s >= 0.25 * CF_HALF_LIFE_S { self.cf.partner(i, price, budget) } else { None };
         Cand::from_index(i)
     }
 
@@ -1438,6 +1487,12 @@ impl Planner {
         let snap = self.order_snap(t, &fc);
         let cand = self.chosen_candidate();
         fc.upper = cand_upper(&snap, cand, 0.05 * mu);
+        if let Some((k, th)) = self.blend {
+            if self.cf_warm() {
+                let uk = cand_upper(&snap, Cand::from_index(k), 0.05 * mu);
+                fc.upper += th * (uk - fc.upper);
+            }
+        }
         fc.quantile = CF_QS[cand.q];
         let b = self.last_backlog;
         // Backlog drain: replicas started now help only after W, so the backlog to drain is

@@ -1,6 +1,6 @@
 //! Load benchmark: `GetMetrics` over loopback for 1,000 ScaledObjects against the real
-//! `prescale serve` binary, beside an empty tonic unary call (the floor) measured in
-//! the same run. Prints calls/s, p50/p99 latency and the server's RSS.
+//! `prescale serve` binary, beside `prescale floor` (an ExternalScaler answering constants, in its own process)
+//! measured in the same run. Prints calls/s, p50/p99 latency and the server's RSS.
 //!
 //!   cargo bench -p prescale --bench grpc_load            (needs RabbitMQ on 127.0.0.1:5672,
 //!   or PRESCALE_TEST_AMQP; scripts/services.sh starts it)
@@ -12,50 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prescale::proto::external_scaler_client::ExternalScalerClient;
-use prescale::proto::external_scaler_server::{ExternalScaler, ExternalScalerServer};
 use prescale::proto::*;
-use tonic::{Request, Response, Status};
 
 const SCALED_OBJECTS: usize = 1000;
 const CONCURRENCY: usize = 32;
 const CHANNELS: usize = 4;
 const SECONDS: f64 = 6.0;
-
-/// The floor: a tonic server whose GetMetrics returns a constant.
-struct Empty;
-
-#[tonic::async_trait]
-impl ExternalScaler for Empty {
-    async fn is_active(&self, _: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
-        Ok(Response::new(IsActiveResponse { result: true }))
-    }
-    type StreamIsActiveStream = tokio_stream::Empty<Result<IsActiveResponse, Status>>;
-    async fn stream_is_active(
-        &self,
-        _: Request<ScaledObjectRef>,
-    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn get_metric_spec(&self, _: Request<ScaledObjectRef>) -> Result<Response<GetMetricSpecResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn get_metrics(&self, r: Request<GetMetricsRequest>) -> Result<Response<GetMetricsResponse>, Status> {
-        Ok(Response::new(GetMetricsResponse {
-            metric_values: vec![MetricValue {
-                metric_name: r.into_inner().metric_name,
-                metric_value: 1,
-                metric_value_float: 1.0,
-            }],
-        }))
-    }
-    type StreamMetricSpecStream = tokio_stream::Empty<Result<GetMetricSpecResponse, Status>>;
-    async fn stream_metric_spec(
-        &self,
-        _: Request<ScaledObjectRef>,
-    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
-        Err(Status::unimplemented(""))
-    }
-}
 
 fn refs(amqp: &str, mode: &str) -> Vec<ScaledObjectRef> {
     (0..SCALED_OBJECTS)
@@ -164,14 +126,20 @@ fn main() {
         for q in 0..10 {
             ch.queue_declare(format!("bench-q{q}").as_str().into(), Default::default(), Default::default()).await.unwrap();
         }
-        // The floor, in this process.
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let floor_addr = l.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(ExternalScalerServer::new(Empty))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
-        );
+        // The floor: `prescale floor`, an ExternalScaler answering constants, in its own
+        // process like the real server, so both pay the same process and scheduling costs.
+        let mut floor_child = Command::new(env!("CARGO_BIN_EXE_prescale"))
+            .args(["floor", "--grpc-addr", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn prescale floor");
+        let mut flines = BufReader::new(floor_child.stderr.take().unwrap()).lines();
+        let floor_addr = loop {
+            let l = flines.next().expect("floor exited").unwrap();
+            if let Some(i) = l.find("grpc=") {
+                break l[i + 5..].trim().to_string();
+            }
+        };
         println!(
             "grpc_load: {SCALED_OBJECTS} ScaledObjects, {CONCURRENCY} concurrent callers on {CHANNELS} HTTP/2 connections, {SECONDS} s each, loopback, {} cores",
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
@@ -207,7 +175,7 @@ fn main() {
             let rss = rss_mib(child.id());
             println!(
                 "{:<34} {:>10.0} {:>9.0} {:>9.0} {:>7} {:>9} {:>9}",
-                "empty tonic unary (floor)", floor.calls_per_s, floor.p50_us, floor.p99_us, floor.errors, "", ""
+                "floor: constant answers, own process", floor.calls_per_s, floor.p50_us, floor.p99_us, floor.errors, "", ""
             );
             println!(
                 "{:<34} {:>10.0} {:>9.0} {:>9.0} {:>7} {:>8.2}× {:>9.1}",
@@ -225,5 +193,7 @@ fn main() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let _ = floor_child.kill();
+        let _ = floor_child.wait();
     });
 }

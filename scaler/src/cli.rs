@@ -29,6 +29,12 @@ pub enum Command {
     Check(CheckArgs),
     /// Print the trigger metadata reference (every key, its default and meaning) as markdown.
     Keys,
+    /// A do-nothing ExternalScaler: the floor the load benchmark compares `serve` against.
+    #[command(hide = true)]
+    Floor {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        grpc_addr: SocketAddr,
+    },
     /// Dry-run the planner on a trace (file, Prometheus range, or the bundled default) and score it.
     Replay(ReplayArgs),
 }
@@ -179,6 +185,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Replay(a) => run_replay(a),
+        Command::Floor { grpc_addr } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(crate::floor::serve(grpc_addr))?;
+            Ok(0)
+        }
         Command::Keys => {
             print!("{}", crate::config::markdown_table());
             Ok(0)

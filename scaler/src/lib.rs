@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod extmetrics;
+pub mod floor;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

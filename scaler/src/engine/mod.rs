@@ -433,8 +433,13 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>, cluster: Opt
         Some(e) => (e.config.sample.as_millis().max(1) as u64, e.config.source_timeout.as_millis() as u64),
         None => return,
     };
-    let mut state = match weak.upgrade() {
-        Some(e) => ScalerState::new(&e, cluster),
+    let (mut state, spread) = match weak.upgrade() {
+        Some(e) => {
+            let mut h = DefaultHasher::new();
+            e.config.id.hash(&mut h);
+            let window = (sample_ms / 4).clamp(1, 1000);
+            (ScalerState::new(&e, cluster), h.finish() % window)
+        }
         None => return,
     };
     // First round: whatever each poller has, as soon as each has finished one read.
@@ -450,6 +455,13 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>, cluster: Opt
         for mut rx in rxs {
             let left = deadline.saturating_sub(now_ms());
             let _ = tokio::time::timeout(Duration::from_millis(left), rx.wait_for(|t| *t >= want)).await;
+        }
+        if !first {
+            // Spread the planning of many ScaledObjects over the tick instead of running
+            // all of them the instant the shared polls finish (a CPU burst that shows in the
+            // request path's tail). The offset is a hash of the ScaledObject, so every
+            // prescale replica still plans the same tick from the same readings.
+            tokio::time::sleep(Duration::from_millis(spread)).await;
         }
         let Some(e) = weak.upgrade() else { return };
         let snap = state.step(&e, if first { now_ms() } else { tick });

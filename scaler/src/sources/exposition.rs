@@ -146,6 +146,32 @@ fn describe(e: &reqwest::Error) -> String {
     }
 }
 
+/// A comma-separated endpoint list read from metadata key `key`: every bad item is an
+/// error naming it; an empty list is an error too. `None` when any error was recorded.
+pub fn endpoint_list(
+    md: &mut crate::config::Metadata<'_>,
+    key: &str,
+    list: &str,
+    default_port: u16,
+) -> Option<Vec<String>> {
+    let mut urls = Vec::new();
+    let mut bad = false;
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match endpoint_url(item, default_port) {
+            Ok(u) => urls.push(u.to_string()),
+            Err(why) => {
+                md.error(key, Some(item), &why);
+                bad = true;
+            }
+        }
+    }
+    urls.dedup();
+    if urls.is_empty() && !bad {
+        md.error(key, Some(list), "lists no endpoint");
+    }
+    (!bad && !urls.is_empty()).then_some(urls)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,30 +210,4 @@ mod tests {
         assert!(endpoint_url("", 1).is_err());
         assert!(endpoint_url("http://", 1).is_err());
     }
-}
-
-/// A comma-separated endpoint list read from metadata key `key`: every bad item is an
-/// error naming it; an empty list is an error too. `None` when any error was recorded.
-pub fn endpoint_list(
-    md: &mut crate::config::Metadata<'_>,
-    key: &str,
-    list: &str,
-    default_port: u16,
-) -> Option<Vec<String>> {
-    let mut urls = Vec::new();
-    let mut bad = false;
-    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        match endpoint_url(item, default_port) {
-            Ok(u) => urls.push(u.to_string()),
-            Err(why) => {
-                md.error(key, Some(item), &why);
-                bad = true;
-            }
-        }
-    }
-    urls.dedup();
-    if urls.is_empty() && !bad {
-        md.error(key, Some(list), "lists no endpoint");
-    }
-    (!bad && !urls.is_empty()).then_some(urls)
 }
