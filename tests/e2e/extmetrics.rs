@@ -35,9 +35,28 @@ fn leaf(ca: &Ca, cn: &str, org: Option<&str>) -> (String, String) {
 }
 
 /// A fake kube-apiserver answering TokenReview and SubjectAccessReview.
-async fn fake_kube() -> (u16, tokio::task::JoinHandle<()>) {
-    use axum::routing::post;
+async fn fake_kube(front_ca_pem: String) -> (u16, tokio::task::JoinHandle<()>) {
+    use axum::routing::{get, post};
+    // kube-apiserver publishes the aggregation-layer settings in this ConfigMap.
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system", "resourceVersion": "42"},
+        "data": {
+            "requestheader-client-ca-file": front_ca_pem,
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+            "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]"
+        }
+    });
     let app = axum::Router::new()
+        .route(
+            "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+            get(move || {
+                let cm = cm.clone();
+                async move { axum::Json(cm) }
+            }),
+        )
         .route(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             post(|axum::Json(tr): axum::Json<serde_json::Value>| async move {
@@ -119,7 +138,7 @@ async fn external_metrics_api_with_delegated_auth() {
         ),
     )
     .unwrap();
-    let (kport, _kube) = fake_kube().await;
+    let (kport, _kube) = fake_kube(front.pem.clone()).await;
     std::fs::write(
         dir.join("kubeconfig"),
         format!("apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: 'http://127.0.0.1:{kport}'}}\nusers:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: fake, user: u}}\ncurrent-context: c\n"),
@@ -299,5 +318,46 @@ async fn external_metrics_api_with_delegated_auth() {
     })
     .await;
     drop(srv);
+
+    // Without CA flags, the front-proxy settings come from the
+    // kube-system/extension-apiserver-authentication ConfigMap, as in a real cluster.
+    let ext_port2 = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr2 = format!("127.0.0.1:{ext_port2}");
+    let srv2 = Server::start_with_env(
+        &[
+            "--external-metrics-addr",
+            &addr2,
+            "--external-metrics-config",
+            &p("metrics.yaml"),
+            "--external-metrics-cert",
+            &p("tls.crt"),
+            "--external-metrics-key",
+            &p("tls.key"),
+        ],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    let base2 = format!("https://localhost:{ext_port2}");
+    let url2 = format!("{base2}/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/llama-queue");
+    let proxy2 = client(&serving2.pem, Some((&proxy.0, &proxy.1)));
+    let v = eventually(20, "front proxy authenticated from the ConfigMap's CA", || {
+        let (c, u) = (proxy2.clone(), url2.clone());
+        async move {
+            let r = hpa_headers(c.get(u), "system:serviceaccount:kube-system:horizontal-pod-autoscaler")
+                .send()
+                .await
+                .ok()?;
+            (r.status() == 200).then_some(())?;
+            r.json::<serde_json::Value>().await.ok()
+        }
+    })
+    .await;
+    assert_eq!(v["items"][0]["value"], "3", "{v}");
+    // The ConfigMap's allowed names apply: another CN from the same CA is refused.
+    let r = hpa_headers(client(&serving2.pem, Some((&other_proxy.0, &other_proxy.1))).get(&url2), "hpa")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    drop(srv2);
     let _ = std::fs::remove_dir_all(&dir);
 }
