@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::options::QueuePurgeOptions;
 use tokio_stream::StreamExt;
 
 use crate::harness::*;
@@ -13,9 +12,7 @@ use crate::harness::*;
 async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
     let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
     let queue = unique("q-push");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    let (_conn, ch) = rabbit_queue(&amqp, &queue).await;
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
     let so = sref(
@@ -27,23 +24,7 @@ async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
     // Inactive: nothing is pushed.
     assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no push while inactive");
 
-    let publish = |n: usize| {
-        let ch = ch.clone();
-        let queue = queue.clone();
-        async move {
-            for _ in 0..n {
-                ch.basic_publish(
-                    "".into(),
-                    queue.as_str().into(),
-                    BasicPublishOptions::default(),
-                    b"x",
-                    BasicProperties::default(),
-                )
-                .await
-                .unwrap();
-            }
-        }
-    };
+    let publish = |n: usize| publish_on(&ch, &queue, n);
     publish(5).await;
     let msg = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("a push on activation");
     assert!(msg.unwrap().unwrap().result);
@@ -87,9 +68,7 @@ async fn http_endpoints_and_graceful_sigterm() {
     assert_eq!(srv.get("/readyz").await.0, 200);
     let c = srv.client().await;
     let queue = unique("q-http-ep");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    let (_conn, _ch) = rabbit_queue(&amqp, &queue).await;
     let so = sref(
         "ml",
         "dbg",
@@ -134,20 +113,8 @@ async fn http_endpoints_and_graceful_sigterm() {
 async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
     let queue = unique("q-shadow");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
-    for _ in 0..30 {
-        ch.basic_publish(
-            "".into(),
-            queue.as_str().into(),
-            BasicPublishOptions::default(),
-            b"x",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-    }
+    let (_conn, ch) = rabbit_queue(&amqp, &queue).await;
+    publish_on(&ch, &queue, 30).await;
     let srv = Server::start(&[]);
     let mut c = srv.client().await;
     let shadow = sref(

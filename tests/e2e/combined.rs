@@ -6,8 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::options::QueuePurgeOptions;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -91,20 +90,8 @@ async fn five_signals_plan_follows_the_largest_and_never_drops_on_loss() {
     let ns = "llm";
     // RabbitMQ: 45 messages / 10 per replica = 4.5
     let queue = unique("q-combined");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
-    for _ in 0..45 {
-        ch.basic_publish(
-            "".into(),
-            queue.as_str().into(),
-            BasicPublishOptions::default(),
-            b"x",
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap();
-    }
+    let (_conn, ch) = rabbit_queue(&amqp, &queue).await;
+    publish_on(&ch, &queue, 45).await;
     // SQS: 12 / 5 = 2.4
     let sqs_url = sqs_queue(&sqs_ep, 12).await;
     // Kafka: lag 12 / 10 = 1.2
@@ -211,9 +198,7 @@ async fn five_signals_plan_follows_the_largest_and_never_drops_on_loss() {
 async fn three_hundred_scaled_objects_over_three_endpoints_share_polls() {
     let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
     let queue = unique("q-300");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
+    let (_conn, _ch) = rabbit_queue(&amqp, &queue).await;
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("t", 1, 1).unwrap();
     let bs = cluster.bootstrap_servers();

@@ -108,12 +108,8 @@ async fn external_metrics_api_with_delegated_auth() {
     let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
     // A queue with 30 messages → 3 replicas at 10 per replica.
     let queue = unique("q-ext");
-    let conn = lapin::Connection::connect(&amqp, Default::default()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.as_str().into(), Default::default(), Default::default()).await.unwrap();
-    for _ in 0..30 {
-        ch.basic_publish("".into(), queue.as_str().into(), Default::default(), b"x", Default::default()).await.unwrap();
-    }
+    let (_conn, ch) = rabbit_queue(&amqp, &queue).await;
+    publish_on(&ch, &queue, 30).await;
 
     let dir = std::env::temp_dir().join(unique("prescale-ext"));
     std::fs::create_dir_all(&dir).unwrap();

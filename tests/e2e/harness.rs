@@ -243,3 +243,23 @@ impl Proxy {
         }
     }
 }
+
+/// A connection and channel with `queue` declared (publisher confirms on).
+pub async fn rabbit_queue(amqp: &str, queue: &str) -> (lapin::Connection, lapin::Channel) {
+    let conn = lapin::Connection::connect(amqp, Default::default()).await.expect("connect to RabbitMQ");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(queue.into(), Default::default(), Default::default()).await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    (conn, ch)
+}
+
+/// Publish `n` messages to `queue` and wait for the broker's confirms.
+pub async fn publish_on(ch: &lapin::Channel, queue: &str, n: usize) {
+    for i in 0..n {
+        ch.basic_publish("".into(), queue.into(), Default::default(), format!("m{i}").as_bytes(), Default::default())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}

@@ -2,29 +2,14 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::options::QueuePurgeOptions;
+use lapin::Connection;
 
 use crate::harness::*;
 
 async fn publish(amqp: &str, queue: &str, n: usize) -> Connection {
-    let conn = Connection::connect(amqp, ConnectionProperties::default()).await.expect("connect to RabbitMQ");
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(queue.into(), QueueDeclareOptions::default(), Default::default()).await.unwrap();
-    ch.confirm_select(Default::default()).await.unwrap();
-    for i in 0..n {
-        ch.basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions::default(),
-            format!("m{i}").as_bytes(),
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    }
+    let (conn, ch) = rabbit_queue(amqp, queue).await;
+    publish_on(&ch, queue, n).await;
     conn
 }
 

@@ -22,27 +22,25 @@ fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
     t.0.as_millisecond() as f64 / 1000.0
 }
 
-/// Unix seconds of the `Ready=True` transition of a pod, if it is Ready.
-pub fn pod_ready_at(pod: &Pod) -> Option<f64> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(ts)
+/// Unix seconds of the `Ready=True` transition among `(type, status, lastTransitionTime)`.
+fn ready_transition<'a>(
+    mut conditions: impl Iterator<
+        Item = (&'a str, &'a str, Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>),
+    >,
+) -> Option<f64> {
+    conditions.find(|(t, s, _)| *t == "Ready" && *s == "True").and_then(|(_, _, at)| at).map(ts)
 }
 
+/// Unix seconds of the `Ready=True` transition of a pod, if it is Ready.
+pub fn pod_ready_at(pod: &Pod) -> Option<f64> {
+    let conds = pod.status.as_ref()?.conditions.as_ref()?;
+    ready_transition(conds.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.last_transition_time.as_ref())))
+}
+
+/// Unix seconds of the `Ready=True` transition of a node, if it is Ready.
 pub fn node_ready_at(node: &Node) -> Option<f64> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(ts)
+    let conds = node.status.as_ref()?.conditions.as_ref()?;
+    ready_transition(conds.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.last_transition_time.as_ref())))
 }
 
 /// Pod creation → Ready, seconds.
