@@ -819,3 +819,101 @@ async fn without_kubernetes_every_feature_says_off_at_start_and_in_debug() {
     assert_eq!(d["cluster"]["warmup"]["auto"]["seconds"], Value::Null, "{d}");
     assert_eq!(d["snapshot"]["planner"]["warmupPlannedSeconds"], 180.0, "fallback: {d}");
 }
+
+/// dcgm-exporter rows (reference note §4.5 shape) for the pods of namespace `llm`, by name.
+fn dcgm_rows(pods: &[(&str, u32)]) -> String {
+    let mut out =
+        String::from("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
+    for (i, (pod, util)) in pods.iter().enumerate() {
+        out.push_str(&format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{i}\",UUID=\"GPU-8d1c2b3a-{i:04}-4b17-9c2e-5da9abb51763\",pci_bus_id=\"00000000:{i:02}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"h100-old\",DCGM_FI_DRIVER_VERSION=\"595.58.03\",container=\"vllm\",namespace=\"llm\",pod=\"{pod}\"}} {util}\n"
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dcgm_counts_only_the_scale_targets_own_pods() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    // Same namespace, same name prefix, another Deployment: its GPU must not count.
+    let mut canary = vllm_pod(
+        "vllm-canary-1",
+        "vllm-canary",
+        "h100-old",
+        "2025-12-02T00:00:00Z",
+        Some("2025-12-02T00:01:00Z"),
+        "nvidia.com/mig-3g.40gb",
+    );
+    canary["metadata"]["labels"]["app"] = json!("vllm-canary");
+    api.put(PODS, canary);
+    // The target's pods vllm-1..3 at 60 %; the canary and an embedder at 100 %.
+    let rows = [("vllm-1", 60), ("vllm-2", 60), ("vllm-3", 60), ("vllm-canary-1", 100), ("embedder-0", 100)];
+    let exporter = crate::harness::Exporter::start(0, &dcgm_rows(&rows)).await;
+    let ep = format!("127.0.0.1:{}", exporter.port);
+    let kc = kubeconfig(&api.url());
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    let c = server.client().await;
+    let md = [
+        ("dcgmEndpoints", ep.as_str()),
+        ("dcgmUtilizationTarget", "50"),
+        ("sampleSeconds", "1"),
+        ("staleAfterSeconds", "6"),
+        ("mode", "reactive"),
+        ("maxReplicas", "20"),
+    ];
+    let llama = sref("llm", "llama", &md);
+    // Namespace-wide the rows say 5 pods × 76 % / 50 % = 7.6 → 8 replicas; the target's own
+    // three pods say 3 × 60 % / 50 % = 3.6 → 4.
+    eventually(30, "DCGM narrowed to the target's pods", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { (metric(&mut c, &r).await.ok()? == 4).then_some(()) }
+    })
+    .await;
+    let d = debug_of(&server, "llama").await;
+    let detail = &d["snapshot"]["signals"][0]["detail"];
+    assert_eq!(detail["target_pods"], 3.0, "{d}");
+    assert_eq!(detail["pods"], 3.0, "{d}");
+    assert_eq!(detail["mean_util"], 60.0, "{d}");
+
+    // A new Ready replica with no GPU row, and the old ones gone from the exporter: the
+    // signal keeps its last value until staleAfterSeconds, then KEDA gets UNAVAILABLE —
+    // never a 0 because the exporter lost track of the target's GPUs.
+    api.put(
+        PODS,
+        vllm_pod(
+            "vllm-4",
+            "vllm",
+            "h100-old",
+            "2026-01-02T00:00:00Z",
+            Some("2026-01-02T00:04:00Z"),
+            "nvidia.com/mig-3g.40gb",
+        ),
+    );
+    exporter.set(&dcgm_rows(&[("vllm-canary-1", 100), ("embedder-0", 100)]));
+    let held_since = std::time::Instant::now();
+    let err = eventually(20, "UNAVAILABLE once the narrowed reading is stale", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move {
+            match metric(&mut c, &r).await {
+                Ok(v) => {
+                    assert_eq!(v, 4, "held at the last narrowed value while fresh");
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        }
+    })
+    .await;
+    assert!(held_since.elapsed() >= Duration::from_secs(3), "held for a while before going stale");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("none of the 4 Ready pods of the scale target"), "{}", err.message());
+
+    // The replicas come back on the exporter: the answer follows again (4 pods × 60 %).
+    exporter.set(&dcgm_rows(&[("vllm-1", 60), ("vllm-2", 60), ("vllm-3", 60), ("vllm-4", 60), ("embedder-0", 100)]));
+    eventually(20, "answers again once the target's GPUs are back", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { (metric(&mut c, &r).await.ok()? == 5).then_some(()) }
+    })
+    .await;
+}

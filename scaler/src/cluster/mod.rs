@@ -143,6 +143,12 @@ struct LeaderState {
 #[serde(rename_all = "camelCase")]
 struct TargetView {
     current_pods: u32,
+    /// The target's pods (name, Ready), for narrowing shared per-pod signals (DCGM).
+    #[serde(skip)]
+    pods: Vec<(String, bool)>,
+    /// Whether a refresh has computed this view since the target was discovered.
+    #[serde(skip)]
+    refreshed: bool,
     fit: Option<Fit>,
     free_by_pool: BTreeMap<String, Resources>,
     pools: Vec<PoolInfo>,
@@ -398,6 +404,15 @@ impl Cluster {
         warmup::auto_warmup(&s)
     }
 
+    /// The scale target's pods as the pod watch sees them, or `None` while the target is
+    /// unknown (cluster off, not discovered yet, or not refreshed since).
+    pub fn target_pods(&self, id: &ScalerId) -> Option<crate::sources::dcgm::TargetPods> {
+        let t = read(&self.inner.targets).get(id).cloned()?;
+        read(&t.info).as_ref()?;
+        let view = read(&t.view);
+        view.refreshed.then(|| crate::sources::dcgm::TargetPods { pods: view.pods.clone() })
+    }
+
     /// The plan at now + warm-up (desired replicas), for the leader's headroom.
     pub fn report_plan(&self, id: &ScalerId, desired: u32) {
         if let Some(t) = read(&self.inner.targets).get(id) {
@@ -618,6 +633,8 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
                 as u32;
         let view = TargetView {
             current_pods: mine.len() as u32,
+            pods: mine.iter().map(|p| (p.metadata.name.clone().unwrap_or_default(), warmup::pod_is_ready(p))).collect(),
+            refreshed: true,
             fit: (!info.gpu_requests.is_empty()).then_some(fit),
             free_by_pool: free_by_pool.clone(),
             pools: target::target_pools(&info, &pools, &running_pools),

@@ -37,6 +37,12 @@ pub fn pod_ready_at(pod: &Pod) -> Option<f64> {
     ready_transition(conds.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.last_transition_time.as_ref())))
 }
 
+/// Whether a pod's `Ready` condition is `True` now.
+pub fn pod_is_ready(pod: &Pod) -> bool {
+    let conds = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conds.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Unix seconds of the `Ready=True` transition of a node, if it is Ready.
 pub fn node_ready_at(node: &Node) -> Option<f64> {
     let conds = node.status.as_ref()?.conditions.as_ref()?;

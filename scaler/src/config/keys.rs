@@ -110,7 +110,7 @@ pub const KEYS: &[KeyDoc] = &[
     k("dcgmEndpoints", "dcgm", "—", "Comma-separated dcgm-exporter URLs or host[:port] (default port 9400, path /metrics). Exactly one of dcgmEndpoints / dcgmPrometheus.", "gpu-node-1:9400,gpu-node-2:9400"),
     k("dcgmPrometheus", "dcgm", "—", "Prometheus base URL that scrapes dcgm-exporter (instant query of the namespace's rows; `exported_namespace`/`exported_pod` honoured).", "http://prometheus.monitoring:9090"),
     k("dcgmMetric", "dcgm", "gpuUtil", "`gpuUtil` (DCGM_FI_DEV_GPU_UTIL, %) or `engineActive` (DCGM_FI_PROF_GR_ENGINE_ACTIVE, 0–1). MIG instances always use engineActive.", "engineActive"),
-    k("dcgmPodPrefix", "dcgm", "—", "Only GPUs of pods whose name starts with this; without it every pod of the namespace holding a GPU counts.", "llama3-70b-"),
+    k("dcgmPodPrefix", "dcgm", "—", "Only GPUs of pods whose name starts with this; without it every pod of the namespace holding a GPU counts. When prescale can read the Kubernetes API it narrows further to exactly the scale target's pods (its Deployment/StatefulSet selector); a Ready target pod set with no GPU row at all is then an error, not a 0.", "llama3-70b-"),
     k("dcgmUtilizationTarget", "dcgm", "80", "Percent utilisation one replica should run at; demand = pods × mean utilisation / this.", "80"),
     k("dcgmActivationUtilization", "dcgm", "0", "Active iff the mean utilisation (percent) is greater than this.", "5"),
     k("dcgmIgnoreNoGpus", "dcgm", "false", "When true, no GPU row for the pods reads 0 (needed with scale-to-zero); by default it is an error.", "true"),

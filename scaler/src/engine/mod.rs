@@ -497,6 +497,34 @@ impl ScalerEntry {
     }
 }
 
+/// Replace a shared poll's state by its narrowing to this ScaledObject (see [`Narrowed`]):
+/// a narrowing that fails keeps the last good narrowed value, which goes stale like any
+/// reading, and shows the error.
+fn narrow_to_target(
+    st: &mut poller::PollState,
+    n: &mut Narrowed,
+    f: impl Fn(&crate::sources::Reading) -> Result<crate::sources::Reading, crate::sources::SourceError>,
+    tick_ms: u64,
+) {
+    if let Some((at, r)) = &st.last_good {
+        match f(r) {
+            Ok(x) => n.last_good = Some((*at, x)),
+            Err(err) => {
+                if n.last_error.as_ref().is_none_or(|(_, m)| *m != err.to_string()) {
+                    tracing::warn!(error = %err, "cannot narrow a shared reading to the scale target's pods");
+                }
+                n.last_error = Some((tick_ms, err.to_string()));
+            }
+        }
+    }
+    st.last_good = n.last_good.clone();
+    if let Some((at, msg)) = &n.last_error {
+        if st.last_error.as_ref().is_none_or(|(t, _)| t <= at) {
+            st.last_error = Some((*at, msg.clone()));
+        }
+    }
+}
+
 /// Warm-up planned with `warmupSeconds: auto` until the cluster has measured one.
 pub const AUTO_WARMUP_FALLBACK_S: f64 = 180.0;
 
@@ -506,6 +534,17 @@ struct ScalerState {
     config: Arc<ScalerConfig>,
     predictor_error: Option<String>,
     cluster: Option<crate::cluster::Cluster>,
+    /// Per source: the shared reading narrowed to this ScaledObject's own pods (DCGM).
+    narrowed: Vec<Narrowed>,
+}
+
+/// A shared per-pod reading narrowed to the scale target's pods: its last good value and
+/// the poll time it came from (so staleness works as for any reading), and the last
+/// narrowing error.
+#[derive(Default)]
+struct Narrowed {
+    last_good: Option<(u64, crate::sources::Reading)>,
+    last_error: Option<(u64, String)>,
 }
 
 impl ScalerState {
@@ -521,7 +560,8 @@ impl ScalerState {
                 }
             }
         }
-        Self { config: config.clone(), predictor_error, cluster }
+        let narrowed = config.sources.iter().map(|_| Narrowed::default()).collect();
+        Self { config: config.clone(), predictor_error, cluster, narrowed }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -529,8 +569,14 @@ impl ScalerState {
             .pollers
             .iter()
             .zip(&self.config.sources)
-            .map(|(p, src)| {
-                let st = p.state();
+            .zip(&mut self.narrowed)
+            .map(|((p, src), narrowed)| {
+                let mut st = p.state();
+                if let (crate::sources::SourceConfig::Dcgm(cfg), Some(c)) = (src, &self.cluster) {
+                    if let Some(target) = c.target_pods(&self.config.id) {
+                        narrow_to_target(&mut st, narrowed, |r| crate::sources::dcgm::narrow(cfg, r, &target), tick_ms);
+                    }
+                }
                 let per = src.per_replica();
                 SignalView {
                     kind: src.kind(),

@@ -7,8 +7,11 @@
 //!   rows (with `GPU_I_PROFILE` / `GPU_I_ID`) never carry GPU_UTIL, so a MIG instance is
 //!   always read from GR_ENGINE_ACTIVE.
 //! - Rows: `namespace` = the ScaledObject's namespace, `pod` non-empty and starting with
-//!   `dcgmPodPrefix` when set (without it: every pod of the namespace that holds a GPU; the
-//!   cluster issue narrows this to the scale target's pods). Through a Prometheus that
+//!   `dcgmPodPrefix` when set (without it: every pod of the namespace that holds a GPU).
+//!   The poll is shared by every ScaledObject with the same endpoints and filters; when the
+//!   cluster integration knows the scale target's pods, each ScaledObject then narrows the
+//!   shared reading to exactly those pods with [`narrow`] (the reading keeps its per-pod
+//!   figures for that). Through a Prometheus that
 //!   scraped the exporter without `honor_labels`, the exporter's labels are
 //!   `exported_namespace` / `exported_pod`; those win when present. A device is
 //!   (`hostname` or the old `Hostname`, `UUID`/`uuid`, `gpu`, `GPU_I_ID`); duplicate rows
@@ -187,6 +190,62 @@ pub struct Utilization {
     pub pods: usize,
     /// Mean over pods of each pod's mean GPU utilisation, percent.
     pub mean_util: f64,
+    /// The pods behind the figures, by name.
+    pub per_pod: Vec<PodUtil>,
+}
+
+/// One pod's GPUs in a reading.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodUtil {
+    pub pod: String,
+    pub gpus: usize,
+    /// Mean utilisation over the pod's GPUs, percent.
+    pub util: f64,
+}
+
+impl Utilization {
+    fn of(per_pod: Vec<PodUtil>) -> Option<Self> {
+        if per_pod.is_empty() {
+            return None;
+        }
+        let mean_util = per_pod.iter().map(|p| p.util).sum::<f64>() / per_pod.len() as f64;
+        Some(Self { gpus: per_pod.iter().map(|p| p.gpus).sum(), pods: per_pod.len(), mean_util, per_pod })
+    }
+}
+
+/// The scale target's pods as the cluster's pod watch sees them: name and whether it is
+/// Ready (only a Ready pod is expected to have a GPU row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetPods {
+    pub pods: Vec<(String, bool)>,
+}
+
+/// Narrow a shared reading to the scale target's pods. No row for any of them is a known
+/// 0 when none of them is Ready (scaled to zero, or every replica still starting) or with
+/// `dcgmIgnoreNoGpus`; with Ready pods and no row it is an error (the exporter is not
+/// attributing GPUs to pods, or reads another namespace), never a silent 0.
+pub fn narrow(cfg: &DcgmConfig, r: &Reading, target: &TargetPods) -> Result<Reading, SourceError> {
+    let rows = r.pods.as_deref().map(Vec::as_slice).unwrap_or_default();
+    let mine: Vec<PodUtil> =
+        rows.iter().filter(|p| target.pods.iter().any(|(name, _)| *name == p.pod)).cloned().collect();
+    let mut detail = r.detail.clone();
+    detail.insert("target_pods", target.pods.len() as f64);
+    let ready: Vec<&str> = target.pods.iter().filter(|(_, ready)| *ready).map(|(n, _)| n.as_str()).collect();
+    if mine.is_empty() && !ready.is_empty() && !cfg.ignore_no_gpus {
+        let mut names = ready.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+        if ready.len() > 5 {
+            names.push_str(", ...");
+        }
+        return Err(SourceError::NotFound(format!(
+            "none of the {} Ready pods of the scale target ({names}) has a GPU row in {}; \
+             {} other pod(s) of namespace {} have one",
+            ready.len(),
+            cfg.label(),
+            rows.len(),
+            cfg.namespace
+        )));
+    }
+    Ok(reading(cfg, Utilization::of(mine), detail))
 }
 
 /// The workload's label `name`: `exported_<name>` when Prometheus renamed it on a clash.
@@ -249,10 +308,11 @@ pub fn utilization(cfg: &DcgmConfig, rows: &[Series]) -> Result<Option<Utilizati
         };
         return Err(SourceError::NotFound(format!("no {what} row for {who}{hint}")));
     }
-    let gpus = pods.values().map(HashMap::len).sum();
-    let per_pod: Vec<f64> = pods.values().map(|d| d.values().sum::<f64>() / d.len() as f64).collect();
-    let mean_util = per_pod.iter().sum::<f64>() / per_pod.len() as f64;
-    Ok(Some(Utilization { gpus, pods: per_pod.len(), mean_util }))
+    let per_pod = pods
+        .into_iter()
+        .map(|(pod, d)| PodUtil { pod: pod.to_string(), gpus: d.len(), util: d.values().sum::<f64>() / d.len() as f64 })
+        .collect();
+    Ok(Utilization::of(per_pod))
 }
 
 fn reading(cfg: &DcgmConfig, u: Option<Utilization>, mut detail: BTreeMap<&'static str, f64>) -> Reading {
@@ -262,12 +322,13 @@ fn reading(cfg: &DcgmConfig, u: Option<Utilization>, mut detail: BTreeMap<&'stat
             detail.insert("pods", u.pods as f64);
             detail.insert("mean_util", u.mean_util);
             let value = u.pods as f64 * u.mean_util;
-            Reading { value, active: u.mean_util > cfg.activation_utilization, detail }
+            let active = u.mean_util > cfg.activation_utilization;
+            Reading { value, active, detail, pods: Some(std::sync::Arc::new(u.per_pod)) }
         }
         None => {
             detail.insert("gpus", 0.0);
             detail.insert("pods", 0.0);
-            Reading { value: 0.0, active: false, detail }
+            Reading { value: 0.0, active: false, detail, pods: Some(Default::default()) }
         }
     }
 }
@@ -424,6 +485,33 @@ DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",devi
         assert_eq!(r.value / c.per_replica(), 1.5);
         assert!(r.active);
         assert_eq!(r.detail["mean_util"], 60.0);
+    }
+
+    #[test]
+    fn narrowed_to_the_scale_target_pods() {
+        // The shared read counts every GPU pod of llm: vllm-0 (80), vllm-1 (40), embedder-0 (100).
+        let c = cfg(None, Metric::GpuUtil);
+        let shared = reading(&c, utilization(&c, &rows(WHOLE)).unwrap(), BTreeMap::new());
+        assert!((shared.value - 220.0).abs() < 1e-9);
+        let target =
+            |pods: &[(&str, bool)]| TargetPods { pods: pods.iter().map(|(n, r)| (n.to_string(), *r)).collect() };
+        // The target is vllm-0 and vllm-1 (vllm-2 still starting): 2 × 60 %.
+        let r = narrow(&c, &shared, &target(&[("vllm-0", true), ("vllm-1", true), ("vllm-2", false)])).unwrap();
+        assert_eq!((r.value, r.detail["pods"], r.detail["gpus"], r.detail["target_pods"]), (120.0, 2.0, 3.0, 3.0));
+        assert!(r.active);
+        // Scaled to zero, or every replica still starting: a known 0.
+        for t in [target(&[]), target(&[("vllm-7", false)])] {
+            let r = narrow(&c, &shared, &t).unwrap();
+            assert_eq!((r.value, r.active), (0.0, false));
+        }
+        // Ready replicas and no row for any of them: an error naming them, not a 0...
+        let e = narrow(&c, &shared, &target(&[("vllm-7", true), ("vllm-8", true)])).unwrap_err();
+        assert!(matches!(e, SourceError::NotFound(_)));
+        assert!(e.to_string().contains("none of the 2 Ready pods of the scale target (vllm-7, vllm-8)"), "{e}");
+        // ...unless dcgmIgnoreNoGpus says so.
+        let mut ignore = c.clone();
+        ignore.ignore_no_gpus = true;
+        assert_eq!(narrow(&ignore, &shared, &target(&[("vllm-7", true)])).unwrap().value, 0.0);
     }
 
     #[test]

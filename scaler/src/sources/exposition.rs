@@ -5,7 +5,14 @@
 //! (`vllm:num_requests_waiting`, legal in the text format) would be skipped. Before parsing,
 //! the colons of the *name* of each sample / `# HELP` / `# TYPE` line are replaced by
 //! U+02D0 `ː` (a Unicode letter, so `\w` matches it, and never valid in a metric name, so
-//! decoding is unambiguous); label values are not touched.
+//! decoding is unambiguous).
+//!
+//! It also splits the label block on every `,` and `=` and stops at the first `}`, so a
+//! label value holding one of those (`model_name="a,b"`, a LoRA path with `=`), an escaped
+//! quote, or a space after a comma would be cut or dropped. The label block is therefore
+//! tokenised here first (quoted values with the format's `\\`, `\"` and `\n` escapes) and
+//! written back canonically — `k="v",k2="v2"` — with the characters the crate would
+//! split on replaced by private-use stand-ins, which [`parse`] maps back.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -38,6 +45,63 @@ fn encode_name(name: &str) -> String {
     name.replace(':', &COLON.to_string())
 }
 
+/// Characters of a label value that `prometheus-parse` splits on or trims, and their
+/// stand-ins (Unicode private use area: never produced by an exporter on purpose).
+const VALUE_STAND_INS: [(char, char); 5] =
+    [(',', '\u{E000}'), ('=', '\u{E001}'), ('}', '\u{E002}'), ('"', '\u{E003}'), ('\n', '\u{E004}')];
+
+fn encode_value(raw: &str) -> String {
+    raw.chars().map(|c| VALUE_STAND_INS.iter().find(|(from, _)| *from == c).map_or(c, |(_, to)| *to)).collect()
+}
+
+fn decode_value(v: &str) -> String {
+    v.chars().map(|c| VALUE_STAND_INS.iter().find(|(_, to)| *to == c).map_or(c, |(from, _)| *from)).collect()
+}
+
+/// Tokenise a label block starting right after `{`: the labels (values unescaped) and the
+/// rest of the line after the closing `}`. `None` when it is malformed (left to the crate).
+fn label_block(s: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut labels = Vec::new();
+    let mut rest = s.trim_start();
+    loop {
+        if let Some(after) = rest.strip_prefix('}') {
+            return Some((labels, after));
+        }
+        let eq = rest.find('=')?;
+        let key = rest[..eq].trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return None;
+        }
+        let body = rest[eq + 1..].trim_start();
+        let mut chars = body.char_indices();
+        if chars.next()?.1 != '"' {
+            return None;
+        }
+        let mut value = String::new();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                '"' => {
+                    end = Some(i + 1);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.push((key.to_string(), value));
+        rest = body[end?..].trim_start();
+        if let Some(after) = rest.strip_prefix(',') {
+            rest = after.trim_start();
+        } else if !rest.starts_with('}') {
+            return None;
+        }
+    }
+}
+
 /// Rewrite the metric name of one line (sample, `# HELP`, `# TYPE`) so that colons parse.
 fn encode_line(line: &str) -> String {
     let trimmed = line.trim_start();
@@ -53,7 +117,17 @@ fn encode_line(line: &str) -> String {
         return trimmed.to_string();
     }
     let end = trimmed.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(trimmed.len());
-    format!("{}{}", encode_name(&trimmed[..end]), &trimmed[end..])
+    let name = encode_name(&trimmed[..end]);
+    let rest = &trimmed[end..];
+    match rest.strip_prefix('{').and_then(label_block) {
+        // No label left: drop the empty braces (the crate's pattern wants at least one).
+        Some((labels, after)) if labels.is_empty() => format!("{name}{after}"),
+        Some((labels, after)) => {
+            let block: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", encode_value(v))).collect();
+            format!("{name}{{{}}}{after}", block.join(","))
+        }
+        None => format!("{name}{rest}"),
+    }
 }
 
 /// Parse exposition text into its plain samples (counter, gauge, untyped).
@@ -68,7 +142,7 @@ pub fn parse(text: &str) -> Result<Vec<Series>, SourceError> {
             | prometheus_parse::Value::Untyped(v) => v,
             _ => continue,
         };
-        let labels = s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let labels = s.labels.iter().map(|(k, v)| (k.clone(), decode_value(v))).collect();
         out.push(Series { name: s.metric.replace(COLON, ":"), labels, value });
     }
     Ok(out)
@@ -190,6 +264,25 @@ mod tests {
         assert_eq!(s[0].value, 8.0);
         assert_eq!(s[1].name, "plain_metric");
         assert_eq!(s[2].name, ":leading:colon");
+    }
+
+    #[test]
+    fn label_values_with_separators_escapes_and_spaces() {
+        let text = "# TYPE vllm:num_requests_waiting gauge\n\
+                    vllm:num_requests_waiting{model_name=\"a,b=c}d\", engine = \"0\" ,path=\"C:\\\\x\\\"q\\\"\\nz\",} 4\n\
+                    DCGM_FI_DEV_GPU_UTIL{} 7 1700000000000\n";
+        let s = parse(text).unwrap();
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(s[0].label("model_name"), Some("a,b=c}d"));
+        assert_eq!(s[0].label("engine"), Some("0"));
+        assert_eq!(s[0].label("path"), Some("C:\\x\"q\"\nz"));
+        assert_eq!(s[0].labels.len(), 3);
+        assert_eq!(s[0].value, 4.0);
+        assert_eq!((s[1].name.as_str(), s[1].value, s[1].labels.len()), ("DCGM_FI_DEV_GPU_UTIL", 7.0, 0));
+        // Malformed blocks are left to the crate and never panic.
+        for bad in ["m{a=\"x} 1", "m{a=x} 1", "m{=\"x\"} 1", "m{a=\"x\\", "m{a=\"x\" b=\"y\"} 1", "m{é=\"x\"} 1"] {
+            let _ = parse(bad);
+        }
     }
 
     #[test]

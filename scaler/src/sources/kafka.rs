@@ -414,7 +414,12 @@ impl KafkaSource {
         detail.insert("lag", lag.with_persistent);
         detail.insert("partitions", lag.partitions as f64);
         detail.insert("partitions_with_lag", lag.partitions_with_lag as f64);
-        Ok(Reading { value: lag.metric, active: lag.with_persistent > self.cfg.activation_lag_threshold, detail })
+        Ok(Reading {
+            value: lag.metric,
+            active: lag.with_persistent > self.cfg.activation_lag_threshold,
+            detail,
+            pods: None,
+        })
     }
 }
 

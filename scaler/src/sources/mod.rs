@@ -36,6 +36,10 @@ pub struct Reading {
     /// Raw figures kept for the planner and `/debug/scalers` (e.g. `messages`,
     /// `publish_rate`).
     pub detail: BTreeMap<&'static str, f64>,
+    /// Per-pod figures behind `value`, for sources whose shared poll a ScaledObject
+    /// narrows to its own scale target's pods (DCGM). `None` for the others.
+    #[serde(skip)]
+    pub pods: Option<Arc<Vec<dcgm::PodUtil>>>,
 }
 
 /// Why a read failed. Messages are redacted before they are stored.

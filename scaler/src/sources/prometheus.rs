@@ -151,7 +151,7 @@ impl PrometheusSource {
         let value = parse_instant(&body, self.cfg.ignore_null_values)?;
         let mut detail = BTreeMap::new();
         detail.insert("value", value);
-        Ok(Reading { value, active: value > self.cfg.activation_threshold, detail })
+        Ok(Reading { value, active: value > self.cfg.activation_threshold, detail, pods: None })
     }
 }
 

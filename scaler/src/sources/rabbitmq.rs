@@ -303,7 +303,7 @@ impl RabbitmqSource {
         let mut detail = BTreeMap::new();
         detail.insert("messages", messages);
         detail.insert("consumers", f64::from(q.consumer_count()));
-        Ok(Reading { value: messages, active: messages > self.cfg.activation_value, detail })
+        Ok(Reading { value: messages, active: messages > self.cfg.activation_value, detail, pods: None })
     }
 
     async fn read_http(&self) -> Result<Reading, SourceError> {
@@ -332,8 +332,10 @@ impl RabbitmqSource {
         detail.insert("consumers", num(body.get("consumers")));
         let act = self.cfg.activation_value;
         Ok(match self.cfg.mode {
-            Mode::QueueLength => Reading { value: messages, active: messages > act, detail },
-            Mode::MessageRate => Reading { value: publish_rate, active: publish_rate > act || messages > act, detail },
+            Mode::QueueLength => Reading { value: messages, active: messages > act, detail, pods: None },
+            Mode::MessageRate => {
+                Reading { value: publish_rate, active: publish_rate > act || messages > act, detail, pods: None }
+            }
         })
     }
 

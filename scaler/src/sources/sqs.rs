@@ -177,7 +177,7 @@ impl SqsSource {
             };
             detail.insert(name, v);
         }
-        Ok(Reading { value: total, active: total > self.cfg.activation_queue_length, detail })
+        Ok(Reading { value: total, active: total > self.cfg.activation_queue_length, detail, pods: None })
     }
 }
 

@@ -358,7 +358,7 @@ pub fn combine(
         detail.insert("kv_replicas", kv_replicas);
         value = value.max(kv_replicas * cfg.per_replica);
     }
-    Ok(Reading { value, active: value > cfg.activation_value, detail })
+    Ok(Reading { value, active: value > cfg.activation_value, detail, pods: None })
 }
 
 pub struct VllmSource {
@@ -413,7 +413,7 @@ impl VllmSource {
                         [("pods_total", 0.0), ("pods_up", 0.0), ("pods_down", 0.0), ("waiting", 0.0), ("running", 0.0)]
                             .into_iter()
                             .collect();
-                    Ok(Reading { value: 0.0, active: false, detail })
+                    Ok(Reading { value: 0.0, active: false, detail, pods: None })
                 }
                 Pods::Endpoints { .. } => Err(SourceError::Connect("no endpoint".into())),
             };
