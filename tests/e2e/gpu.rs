@@ -139,6 +139,25 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
     // filtered out) → ceil(44 / 16) = 3.
     wait_metric(&c, &so, 3, 20).await;
     assert!(active(&mut c, &so).await.unwrap());
+    // The same fixture page (pod A) through the real Prometheus, which scrapes :19102 every
+    // second: 8 running + 6 waiting of the model, at 4 per replica → 4.
+    if let Some(prom) = service("PRESCALE_TEST_PROM") {
+        let q = format!(
+            "sum(vllm:num_requests_waiting{{model_name=\"{MODEL}\"}} + vllm:num_requests_running{{model_name=\"{MODEL}\"}})"
+        );
+        let via = sref(
+            "llm",
+            &unique("vllm-prom"),
+            &[
+                ("prometheusServerAddress", &prom),
+                ("prometheusQuery", &q),
+                ("prometheusPerReplica", "4"),
+                ("sampleSeconds", "1"),
+                ("mode", "reactive"),
+            ],
+        );
+        wait_metric(&c, &via, 4, 30).await;
+    }
 
     // Served throughput: pod B finishes 10 requests/s.
     let done = Arc::new(AtomicUsize::new(0));
