@@ -249,6 +249,61 @@ async fn dcgm_direct_scrape_and_through_prometheus() {
         let d = detail(&srv, &ns, &via_name).await.expect("detail");
         assert_eq!(num(&d, "mean_util"), Some(90.0), "{d}");
     }
+
+    // A multi-tenant gateway in front of the same Prometheus (as Mimir or a Thanos proxy
+    // would be): 401 without the tenant header and the bearer token.
+    if let Some(p) = &prom {
+        let gateway = tenant_gateway(p, "gpu-team", "t0ken").await;
+        let bare = sref(
+            &ns,
+            &unique("dcgm-tenant-bare"),
+            &[("dcgmPrometheus", gateway.as_str()), common[0], common[1], common[2], common[3]],
+        );
+        let mut md = vec![
+            ("dcgmPrometheus", gateway.as_str()),
+            ("dcgmPrometheusCustomHeaders", "X-Scope-OrgID=gpu-team"),
+            ("dcgmPrometheusBearerTokenFromEnv", "t0ken"),
+        ];
+        md.extend(common);
+        let tenant = sref(&ns, &unique("dcgm-tenant"), &md);
+        wait_metric(&c, &tenant, 4, 40).await;
+        let err = eventually(20, "the gateway's 401 surfaces as UNAVAILABLE", || {
+            let (mut c, so) = (c.clone(), bare.clone());
+            async move { metric(&mut c, &so).await.err() }
+        })
+        .await;
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+        assert!(err.message().contains("401"), "{}", err.message());
+    }
+}
+
+/// A reverse proxy to `upstream`'s `/api/v1/query` that answers 401 unless the request
+/// carries `X-Scope-OrgID: tenant` and `Authorization: Bearer token`.
+async fn tenant_gateway(upstream: &str, tenant: &'static str, token: &'static str) -> String {
+    let upstream = upstream.trim_end_matches('/').to_string();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().route(
+        "/api/v1/query",
+        axum::routing::get(move |headers: axum::http::HeaderMap, uri: axum::http::Uri| {
+            let (upstream, http) = (upstream.clone(), http.clone());
+            async move {
+                let ok = headers.get("x-scope-orgid").is_some_and(|v| v == tenant)
+                    && headers.get("authorization").is_some_and(|v| *v == format!("Bearer {token}"));
+                if !ok {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "no tenant".to_string());
+                }
+                let q = uri.query().unwrap_or_default();
+                let body = http.get(format!("{upstream}/api/v1/query?{q}")).send().await.unwrap().text().await.unwrap();
+                (axum::http::StatusCode::OK, body)
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://127.0.0.1:{port}")
 }
 
 #[tokio::test]

@@ -113,6 +113,8 @@ pub const KEYS: &[KeyDoc] = &[
     k("dcgmPodPrefix", "dcgm", "—", "Only GPUs of pods whose name starts with this; without it every pod of the namespace holding a GPU counts. When prescale can read the Kubernetes API it narrows further to exactly the scale target's pods (its Deployment/StatefulSet selector); a Ready target pod set with no GPU row at all is then an error, not a 0.", "llama3-70b-"),
     k("dcgmUtilizationTarget", "dcgm", "80", "Percent utilisation one replica should run at; demand = pods × mean utilisation / this.", "80"),
     k("dcgmActivationUtilization", "dcgm", "0", "Active iff the mean utilisation (percent) is greater than this.", "5"),
+    k("dcgmPrometheusCustomHeaders", "dcgm", "—", "With dcgmPrometheus: comma-separated `Name=value` request headers (multi-tenant Prometheus, e.g. Mimir's X-Scope-OrgID).", "X-Scope-OrgID=gpu"),
+    k("dcgmPrometheusBearerTokenFromEnv", "dcgm", "—", "With dcgmPrometheus: bearer token (resolved by KEDA from env).", "token"),
     k("dcgmIgnoreNoGpus", "dcgm", "false", "When true, no GPU row for the pods reads 0 (needed with scale-to-zero); by default it is an error.", "true"),
 ];
 

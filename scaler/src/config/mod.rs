@@ -327,8 +327,9 @@ mod tests {
                     map.remove("vllmEndpoints");
                     map.insert("vllmService".into(), "llama".into());
                 }
-                "dcgmPrometheus" => {
+                "dcgmPrometheus" | "dcgmPrometheusCustomHeaders" | "dcgmPrometheusBearerTokenFromEnv" => {
                     map.remove("dcgmEndpoints");
+                    map.insert("dcgmPrometheus".into(), "http://prometheus:9090".into());
                 }
                 _ => {}
             }

@@ -53,11 +53,16 @@ pub enum Origin {
         urls: Vec<String>,
         shown: Vec<String>,
     },
-    /// A Prometheus base URL.
+    /// A Prometheus base URL, with the request headers and bearer token it needs.
     Prometheus {
         #[serde(skip)]
         server: String,
         shown: String,
+        /// Header names only are shown; values may be secrets.
+        #[serde(serialize_with = "super::prometheus::header_names")]
+        headers: Vec<(String, String)>,
+        #[serde(skip)]
+        bearer_token: Option<String>,
     },
 }
 
@@ -97,6 +102,8 @@ impl DcgmConfig {
         let activation = md.f64_in("dcgmActivationUtilization", 0.0, 0.0, 100.0, false);
         let ignore_no_gpus = md.bool("dcgmIgnoreNoGpus", false);
         let scrape_timeout = super::vllm::source_timeout(md).mul_f64(0.75);
+        let headers = super::prometheus::header_pairs(md, "dcgmPrometheusCustomHeaders");
+        let bearer_token = md.string("dcgmPrometheusBearerTokenFromEnv").filter(|s| !s.is_empty());
 
         let from = match (endpoints, prometheus) {
             (Some(_), Some(p)) => {
@@ -107,12 +114,24 @@ impl DcgmConfig {
                 md.error("dcgmEndpoints", None, "is required (or dcgmPrometheus): where to read DCGM metrics");
                 None
             }
-            (Some(list), None) => exposition::endpoint_list(md, "dcgmEndpoints", &list, DEFAULT_PORT)
-                .map(|urls| Origin::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls }),
+            (Some(list), None) => {
+                for key in ["dcgmPrometheusCustomHeaders", "dcgmPrometheusBearerTokenFromEnv"] {
+                    if md.string(key).is_some_and(|v| !v.is_empty()) {
+                        md.error(key, None, "only applies with dcgmPrometheus (dcgmEndpoints are scraped directly)");
+                    }
+                }
+                exposition::endpoint_list(md, "dcgmEndpoints", &list, DEFAULT_PORT)
+                    .map(|urls| Origin::Endpoints { shown: urls.iter().map(|u| redact_url(u)).collect(), urls })
+            }
             (None, Some(p)) => match url::Url::parse(&p) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
                     let server = p.trim_end_matches('/').to_string();
-                    Some(Origin::Prometheus { shown: redact_url(&server), server })
+                    headers.map(|headers| Origin::Prometheus {
+                        shown: redact_url(&server),
+                        server,
+                        headers,
+                        bearer_token,
+                    })
                 }
                 _ => {
                     md.error("dcgmPrometheus", Some(&p), "expected an http:// or https:// URL");
@@ -154,7 +173,9 @@ impl DcgmConfig {
     pub fn poll_key(&self) -> String {
         let from = match &self.from {
             Origin::Endpoints { urls, .. } => format!("endpoints={}", urls.join(",")),
-            Origin::Prometheus { server, .. } => format!("prometheus={server}"),
+            Origin::Prometheus { server, headers, bearer_token, .. } => {
+                format!("prometheus={server}|{headers:?}|{bearer_token:?}")
+            }
         };
         format!(
             "dcgm|{from}|{}|{:?}|{:?}|{}|{}|{:?}",
@@ -403,12 +424,19 @@ impl DcgmSource {
                 detail.insert("exporters_down", errors.len() as f64);
                 Ok(reading(&self.cfg, utilization(&self.cfg, &rows)?, detail))
             }
-            Origin::Prometheus { server, shown } => {
-                let resp = self
+            Origin::Prometheus { server, shown, headers, bearer_token } => {
+                let mut req = self
                     .http
                     .get(format!("{server}/api/v1/query"))
                     .query(&[("query", self.cfg.promql())])
-                    .timeout(self.cfg.scrape_timeout)
+                    .timeout(self.cfg.scrape_timeout);
+                for (k, v) in headers {
+                    req = req.header(k.as_str(), v.as_str());
+                }
+                if let Some(t) = bearer_token {
+                    req = req.bearer_auth(t);
+                }
+                let resp = req
                     .send()
                     .await
                     .map_err(|e| SourceError::connect(format!("Prometheus {shown}: {}", e.without_url())))?;
@@ -586,7 +614,22 @@ DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",devi
         assert!(e.to_string().contains("dcgmEndpoints or dcgmPrometheus"), "{e}");
         let e = md_parse(&[("dcgmUtilizationTarget", "80")]).unwrap_err();
         assert_eq!(e.0[0].key, "dcgmEndpoints");
+        let c = md_parse(&[
+            ("dcgmPrometheus", "http://prom:9090"),
+            ("dcgmPrometheusCustomHeaders", "X-Scope-OrgID=gpu, X-Other = 1"),
+            ("dcgmPrometheusBearerTokenFromEnv", "s3cret"),
+        ])
+        .unwrap();
+        let Origin::Prometheus { headers, bearer_token, .. } = &c.from else { panic!() };
+        assert_eq!(headers, &[("X-Scope-OrgID".to_string(), "gpu".to_string()), ("X-Other".into(), "1".into())]);
+        assert_eq!(bearer_token.as_deref(), Some("s3cret"));
+        let shown = serde_json::to_string(&c).unwrap();
+        assert!(shown.contains("X-Scope-OrgID") && !shown.contains("s3cret") && !shown.contains("gpu\""), "{shown}");
+        assert_ne!(c.poll_key(), md_parse(&[("dcgmPrometheus", "http://prom:9090")]).unwrap().poll_key());
         for (k, v) in [
+            ("dcgmPrometheusCustomHeaders", "Bad Name=x"),
+            ("dcgmPrometheusCustomHeaders", "novalue"),
+            ("dcgmPrometheusBearerTokenFromEnv", "t"),
             ("dcgmUtilizationTarget", "0"),
             ("dcgmUtilizationTarget", "120"),
             ("dcgmMetric", "sm"),

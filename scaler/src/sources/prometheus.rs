@@ -30,7 +30,7 @@ pub struct PrometheusConfig {
     pub bearer_token: Option<String>,
 }
 
-fn header_names<S: serde::Serializer>(h: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn header_names<S: serde::Serializer>(h: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(h.iter().map(|(k, _)| k))
 }
 
@@ -61,7 +61,7 @@ impl PrometheusConfig {
         let activation_threshold = md.f64_in("prometheusActivationThreshold", 0.0, f64::MIN, f64::MAX, false);
         let ignore_null_values = md.bool("prometheusIgnoreNullValues", false);
         let namespace = md.string("prometheusNamespace").filter(|s| !s.is_empty());
-        let custom_headers = pairs(md, "prometheusCustomHeaders");
+        let custom_headers = header_pairs(md, "prometheusCustomHeaders");
         let query_parameters = pairs(md, "prometheusQueryParameters");
         let bearer_token = md.string("prometheusBearerTokenFromEnv").filter(|s| !s.is_empty());
         let server = server?;
@@ -102,8 +102,23 @@ impl PrometheusConfig {
     }
 }
 
+/// [`pairs`] that must also be valid HTTP header names and values (checked here, so a bad
+/// one is a metadata error naming the key rather than a failing request at every poll).
+pub(crate) fn header_pairs(md: &mut Metadata<'_>, key: &str) -> Option<Vec<(String, String)>> {
+    let out = pairs(md, key)?;
+    for (k, v) in &out {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
+            || reqwest::header::HeaderValue::from_str(v).is_err()
+        {
+            md.error(key, Some(k), "is not a valid HTTP header name=value");
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// `a=b,c=d` → pairs; every item must have a non-empty name and a `=`.
-fn pairs(md: &mut Metadata<'_>, key: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn pairs(md: &mut Metadata<'_>, key: &str) -> Option<Vec<(String, String)>> {
     let Some(raw) = md.string(key) else { return Some(Vec::new()) };
     let mut out = Vec::new();
     for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
