@@ -285,6 +285,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any text parses or errors without panicking, and a label value of any
+        /// characters, written with the format's escapes, reads back unchanged.
+        #[test]
+        fn never_panics_and_label_values_round_trip(garbage in "\\PC{0,80}", value in "\\PC{0,24}") {
+            let _ = parse(&garbage);
+            let _ = parse(&format!("m{{{garbage} 1\n"));
+            let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let s = parse(&format!("vllm:x{{a=\"{escaped}\",b=\"1\"}} 2\n")).unwrap();
+            proptest::prop_assert_eq!(s.len(), 1);
+            proptest::prop_assert_eq!(s[0].label("a"), Some(value.as_str()));
+            proptest::prop_assert_eq!(s[0].label("b"), Some("1"));
+        }
+    }
+
     #[test]
     fn histograms_are_skipped_and_garbage_does_not_panic() {
         let text = "# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_count 1\nh_sum 0.2\n{{{ }}} \n\u{0}\nx{a=\"b\"} notanumber\n";
