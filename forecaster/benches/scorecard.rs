@@ -50,6 +50,8 @@ struct Row {
     r_gpu: f64,
     o_att: f64,
     o_gpu: f64,
+    p_starts: u64,
+    r_starts: u64,
 }
 
 fn main() {
@@ -111,6 +113,8 @@ fn main() {
                 r_gpu: r.score.gpu_hours,
                 o_att: o.score.slo_attainment,
                 o_gpu: o_rs / 3600.0,
+                p_starts: p.score.replica_starts,
+                r_starts: r.score.replica_starts,
             });
         }
         println!(
@@ -124,8 +128,20 @@ fn main() {
 
     println!();
     println!(
-        "{:<28} {:>4} | {:>9} {:>9} {:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>5} {:>5}",
-        "trace", "W", "pre att%", "pre GPUh", "×orc", "rea att%", "rea GPUh", "orc att%", "orc GPUh", "R1", "R3"
+        "{:<28} {:>4} | {:>9} {:>9} {:>6} {:>7} | {:>9} {:>9} {:>7} | {:>9} {:>9} | {:>5} {:>5}",
+        "trace",
+        "W",
+        "pre att%",
+        "pre GPUh",
+        "×orc",
+        "starts",
+        "rea att%",
+        "rea GPUh",
+        "starts",
+        "orc att%",
+        "orc GPUh",
+        "R1",
+        "R3"
     );
     let mut all1 = true;
     let mut all3 = true;
@@ -148,14 +164,16 @@ fn main() {
         pm += 1.0 - r.p_att;
         rm += 1.0 - r.r_att;
         println!(
-            "{:<28} {:>4} | {:>9.3} {:>9.2} {:>6.3} | {:>9.3} {:>9.2} | {:>9.3} {:>9.2} | {:>5} {:>5}",
+            "{:<28} {:>4} | {:>9.3} {:>9.2} {:>6.3} {:>7} | {:>9.3} {:>9.2} {:>7} | {:>9.3} {:>9.2} | {:>5} {:>5}",
             r.name,
             r.w,
             100.0 * r.p_att,
             r.p_gpu,
             ratio,
+            r.p_starts,
             100.0 * r.r_att,
             r.r_gpu,
+            r.r_starts,
             100.0 * r.o_att,
             r.o_gpu,
             if r1 { "pass" } else { "FAIL" },

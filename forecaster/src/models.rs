@@ -311,14 +311,20 @@ impl QuantileTracker {
     }
 
     pub fn record(&mut self, x: f64) {
-        if !x.is_finite() {
+        self.record_weighted(x, 1.0);
+    }
+
+    /// Record `x` with weight `w` (e.g. the share of an independent outcome a sample carries
+    /// when consecutive samples overlap); ignored unless `x` is finite and `w` finite and > 0.
+    pub fn record_weighted(&mut self, x: f64, w: f64) {
+        if !(x.is_finite() && w.is_finite() && w > 0.0) {
             return;
         }
         let n = self.counts.len();
         let f = ((x - self.lo) / (self.hi - self.lo) * n as f64).floor();
         let i = (f.max(0.0) as usize).min(n - 1);
-        self.counts[i] += 1.0;
-        self.total += 1.0;
+        self.counts[i] += w;
+        self.total += w;
         if self.total > self.max_weight {
             for c in &mut self.counts {
                 *c *= 0.5;
@@ -455,6 +461,42 @@ mod tests {
         // Both are right in the constant phase; after the switch the seasonal member wins.
         assert!(w_mid[0] > 0.3, "{w_mid:?}");
         assert!(w_end[1] > 0.9, "{w_end:?}");
+    }
+
+    #[test]
+    fn weighted_records_count_as_shares_and_forget_by_weight() {
+        // Ten records of weight 0.1 weigh as much as one of weight 1.
+        let mut a = QuantileTracker::new(-1.0, 1.0, 200, 1024.0);
+        let mut b = QuantileTracker::new(-1.0, 1.0, 200, 1024.0);
+        for i in 0..100 {
+            let x = -1.0 + 2.0 * (i as f64 + 0.5) / 100.0;
+            for _ in 0..10 {
+                a.record_weighted(x, 0.1);
+            }
+            b.record(x);
+        }
+        assert!((a.count() - b.count()).abs() < 1e-6, "{} vs {}", a.count(), b.count());
+        assert_eq!(a.quantile(0.9), b.quantile(0.9));
+        // Forgetting is by weight: 400 records of weight 0.1 (40 < 64) keep every old one,
+        // while 400 unit records halve the history several times.
+        let mut light = QuantileTracker::new(-1.0, 1.0, 200, 64.0);
+        let mut heavy = QuantileTracker::new(-1.0, 1.0, 200, 64.0);
+        for _ in 0..200 {
+            light.record_weighted(-0.5, 0.1);
+            heavy.record(-0.5);
+        }
+        for _ in 0..200 {
+            light.record_weighted(0.5, 0.1);
+            heavy.record(0.5);
+        }
+        assert!((light.share_above(0.0) - 0.5).abs() < 1e-9, "{}", light.share_above(0.0));
+        assert!(heavy.share_above(0.0) > 0.9, "{}", heavy.share_above(0.0));
+        // Zero, negative and non-finite weights are ignored.
+        let before = light.count();
+        light.record_weighted(0.0, 0.0);
+        light.record_weighted(0.0, -1.0);
+        light.record_weighted(0.0, f64::NAN);
+        assert_eq!(light.count(), before);
     }
 
     #[test]

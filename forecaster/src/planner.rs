@@ -9,9 +9,12 @@
 //!   pinball loss, and calibrates an upper quantile from the realised ratios peak/forecast;
 //! - detects piecewise-constant signals whose change points fall on a grid (aggregated rate
 //!   series): between change points the demand is known exactly and headroom is only needed
-//!   when a change point falls inside the horizon;
-//! - keeps an idle-gap histogram plus a daily activity profile to decide scale-to-zero and
-//!   wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
+//!   for the next change point, from the last decision whose order is still ready by it
+//!   (just in time: earlier orders only pay for replicas that sit ready before the change);
+//! - calibrates the forecast's upper quantiles from resolved forecasts weighted by their
+//!   share of an independent horizon (consecutive horizons overlap);
+//! - keeps an idle-gap histogram plus daily and weekly activity profiles to decide
+//!   scale-to-zero and wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
 //! - learns its safety margin from the misses it would have had (Autopilot): a
 //!   counterfactual replays ~100 candidate policies on the same arrivals with the fleet rules
 //!   of REPLAY.md (ratio quantile of the forecast × wake threshold on P(arrival), or a standing
@@ -290,6 +293,39 @@ struct Pending {
     peak: f64,
 }
 
+/// Calibration of the forecast's upper quantile: ln(outcome / point forecast) of resolved
+/// forecasts. The horizons of consecutive decisions overlap (each is W + I long, decisions are
+/// I apart), so consecutive outcomes are nearly the same event: each is recorded with weight
+/// I / (W + I), one independent horizon's worth in total. The tracker's memory (its forgetting
+/// is by weight) and the evidence behind a high quantile are thereby counted in independent
+/// horizons, not in decisions: unweighted, a W = 420 s planner would read its q0.99 off ~1024
+/// decisions that are only ~35 independent outcomes, and forget within hours.
+#[derive(Debug, Clone)]
+struct RatioTracker {
+    q: QuantileTracker,
+    /// Outcomes recorded (unweighted): the quantiles are used once there are enough.
+    samples: u64,
+}
+
+impl RatioTracker {
+    fn new() -> Self {
+        RatioTracker { q: QuantileTracker::new(-3.0, 5.0, 320, 1024.0), samples: 0 }
+    }
+
+    fn record(&mut self, r: f64, weight: f64) {
+        self.q.record_weighted(r, weight);
+        self.samples += 1;
+    }
+
+    fn calibrated(&self) -> bool {
+        self.samples >= 20
+    }
+
+    fn quantile(&self, q: f64) -> Option<f64> {
+        self.q.quantile(q)
+    }
+}
+
 /// Change-point grid detector: are the demand's change points all on a grid of period P?
 #[derive(Debug, Clone, Default)]
 struct GridDetector {
@@ -362,7 +398,7 @@ impl GridDetector {
 }
 
 /// Candidate upper quantiles of the forecast-error ratio.
-const CF_QS: [f64; 8] = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995];
+const CF_QS: [f64; 9] = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998];
 /// Margin candidates.
 const CF_NQ: usize = CF_QS.len();
 
@@ -813,11 +849,14 @@ pub struct Planner {
     /// Daily activity profile: P(any arrival in this 300-s slot of the day).
     activity: Vec<f32>,
     activity_days: Vec<u16>,
+    /// Weekly activity profile: P(any arrival in this 300-s slot of the week).
+    activity_week: Vec<f32>,
+    activity_weeks: Vec<u8>,
     step_active: bool,
     ensemble: Ensemble,
     pending: VecDeque<Pending>,
-    ratio_generic: QuantileTracker,
-    ratio_grid: QuantileTracker,
+    ratio_generic: RatioTracker,
+    ratio_grid: RatioTracker,
     /// Demand of the first interval after an idle gap, ln(replicas).
     wake_level: QuantileTracker,
     was_idle: bool,
@@ -902,6 +941,8 @@ impl Planner {
             step_peak: 0.0,
             activity: vec![0.0; DAY_STEPS],
             activity_days: vec![0; DAY_STEPS],
+            activity_week: vec![0.0; WEEK_STEPS],
+            activity_weeks: vec![0; WEEK_STEPS],
             step_active: false,
             // Losses remembered over ~6 h, so daily transitions (where level models fail and
             // seasonal ones shine) still count hours later.
@@ -909,8 +950,8 @@ impl Planner {
             // be credited for it when the peak comes round again.
             ensemble: Ensemble::new(MEMBERS, (cfg.interval_s / 86_400.0).clamp(5e-5, 0.05), ENSEMBLE_Q),
             pending: VecDeque::with_capacity(PENDING_CAP),
-            ratio_generic: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),
-            ratio_grid: QuantileTracker::new(-3.0, 5.0, 320, 1024.0),
+            ratio_generic: RatioTracker::new(),
+            ratio_grid: RatioTracker::new(),
             wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
             was_idle: true,
             cached: None,
@@ -1111,6 +1152,8 @@ impl Planner {
         // Resolve pending forecasts.
         let scale = self.slow.level() + 0.05 * self.cfg.capacity;
         let eps = 0.05 * self.cfg.capacity;
+        // One independent horizon's worth per W + I of decisions (see `RatioTracker`).
+        let weight = (i / self.horizon()).min(1.0);
         while let Some(front) = self.pending.front().copied() {
             if front.t_end > t_end + 1e-9 {
                 break;
@@ -1125,8 +1168,8 @@ impl Planner {
             }
             let r = ((y + eps) / (p.point + eps)).ln();
             match p.regime {
-                Regime::Generic => self.ratio_generic.record(r),
-                Regime::GridChange => self.ratio_grid.record(r),
+                Regime::Generic => self.ratio_generic.record(r, weight),
+                Regime::GridChange => self.ratio_grid.record(r, weight),
                 Regime::GridSteady | Regime::Idle => {}
             }
         }
@@ -1199,6 +1242,12 @@ impl Planner {
         let g = 1.0 / ((d as f32) + 1.0).min(3.0);
         self.activity[slot] = (1.0 - g) * self.activity[slot] + g * a;
         self.activity_days[slot] = d.saturating_add(1);
+        // Weekly: the same from the first week on (weight 1/2 after that).
+        let slot = step.rem_euclid(WEEK_STEPS as i64) as usize;
+        let k = self.activity_weeks[slot];
+        let g = 1.0 / ((k as f32) + 1.0).min(2.0);
+        self.activity_week[slot] = (1.0 - g) * self.activity_week[slot] + g * a;
+        self.activity_weeks[slot] = k.saturating_add(1);
     }
 
     /// Member forecasts of the peak of `x` over `[t, t + H]`.
@@ -1264,8 +1313,16 @@ impl Planner {
         }
         let h = self.horizon();
         let next_change = self.grid.next_change(self.last_t.unwrap_or(t).min(t));
+        // The next change point matters to this decision only if it is the last one whose
+        // order is ready by then: an order placed now is ready at t + W, one placed at the next
+        // decision at t + I + W, so the change at b is this decision's iff b < t + I + W.
+        // Earlier decisions leave it to a later one (ordering sooner only pays for replicas
+        // that sit ready before the change). A wake from zero keeps one interval of slack
+        // (b ≤ t + I + W): with a fleet in place a late decision (serve's ticks are not on
+        // the interval grid) costs seconds of a margin; from zero every late second is missed.
+        let slack = if self.last_rate > 0.0 { -1e-9 } else { 1e-9 };
         let mut regime = match next_change {
-            Some(b) if b <= t + h + 1e-9 => Regime::GridChange,
+            Some(b) if b < t + h + slack => Regime::GridChange,
             Some(_) => Regime::GridSteady,
             None => Regime::Generic,
         };
@@ -1284,7 +1341,7 @@ impl Planner {
             Regime::GridSteady => current,
             Regime::Idle => point.max(0.0),
             _ => {
-                let lr = if tracker.count() >= 20.0 {
+                let lr = if tracker.calibrated() {
                     tracker.quantile(q).unwrap_or(0.7)
                 } else {
                     // Not calibrated yet: a generous margin.
@@ -1329,8 +1386,8 @@ impl Planner {
         });
     }
 
-    /// P(an arrival within `[t, t + H]`) from the idle histogram, the daily activity
-    /// profile and, for gridded signals, the next change point.
+    /// P(an arrival within `[t, t + H]`) from the idle histogram, the daily and weekly
+    /// activity profiles and, for gridded signals, the next change point.
     fn p_arrival(&self, t: f64) -> f64 {
         let h = self.horizon();
         let tau = self.idle.idle_for(t);
@@ -1344,6 +1401,11 @@ impl Planner {
             let slot = s.rem_euclid(DAY_STEPS as i64) as usize;
             if self.activity_days[slot] >= 2 {
                 ps = ps.max(self.activity[slot] as f64);
+            }
+            // Weekly profile (a client active on weekdays, a weekly batch job).
+            let ws = s.rem_euclid(WEEK_STEPS as i64) as usize;
+            if self.activity_weeks[ws] >= 1 {
+                ps = ps.max(self.activity_week[ws] as f64);
             }
             s += 1;
         }
@@ -1374,7 +1436,7 @@ impl Planner {
             Regime::GridChange => &self.ratio_grid,
             _ => &self.ratio_generic,
         };
-        let calibrated = tracker.count() >= 20.0;
+        let calibrated = tracker.calibrated();
         let (f, a) = self.cached_members;
         let w = &fc.weights;
         let mut order: [usize; MEMBERS] = [0, 1, 2, 3, 4];
@@ -1642,10 +1704,12 @@ impl Planner {
             + self.sn_week.approx_heap_bytes()
             + self.activity.capacity() * 4
             + self.activity_days.capacity() * 2
+            + self.activity_week.capacity() * 4
+            + self.activity_weeks.capacity()
             + self.ensemble.loss.capacity() * 16
             + self.pending.capacity() * std::mem::size_of::<Pending>()
-            + self.ratio_generic.approx_heap_bytes()
-            + self.ratio_grid.approx_heap_bytes()
+            + self.ratio_generic.q.approx_heap_bytes()
+            + self.ratio_grid.q.approx_heap_bytes()
             + self.wake_level.approx_heap_bytes()
             + self.recent_need.capacity() * 16
             + self.cf.approx_heap_bytes()
@@ -1732,6 +1796,81 @@ mod tests {
         // Arrivals beyond capacity are late once the backlog exceeds capacity × SLO.
         cf.observe(200.0, 1.0, 6.0 + 6.0 * 5.0 + 1.0, w, mu, slo);
         assert!(cf.late[0] > 0.0);
+    }
+
+    fn planner(w: f64) -> Planner {
+        let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
+        cfg.max_replicas = 100;
+        Planner::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn grid_change_is_planned_by_the_last_decision_that_makes_it() {
+        // A rate series with 600-s windows (rates 10, 20, 10, 30, …), W = 180, I = 15: the
+        // change at b is planned by the decision at b − W (its order is ready at b), not by
+        // the one at b − W − I (which would only pay 15 s for replicas sitting ready).
+        let w = 180.0;
+        let mut p = planner(w);
+        let rate = |t: f64| [10.0, 20.0, 10.0, 30.0][((t / 600.0).floor() as usize) % 4];
+        let b = 6.0 * 3600.0;
+        let mut t = 0.0;
+        let mut feed_to = |p: &mut Planner, until: f64| {
+            while t < until {
+                p.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
+                t += 15.0;
+            }
+        };
+        feed_to(&mut p, b - w - 15.0);
+        assert_eq!(p.grid.period(), Some(600.0));
+        let d = p.plan(b - w - 15.0, 10, 0);
+        assert_eq!(p.cached_regime, Regime::GridSteady);
+        assert_eq!(d.forecast.next_change_s, Some(w + 15.0));
+        feed_to(&mut p, b - w);
+        p.plan(b - w, 10, 0);
+        assert_eq!(p.cached_regime, Regime::GridChange);
+        // Still the change's decisions until it is seen.
+        feed_to(&mut p, b);
+        p.plan(b, 10, 0);
+        assert_eq!(p.cached_regime, Regime::GridChange);
+    }
+
+    #[test]
+    fn forecast_ratios_are_weighted_by_independent_horizons() {
+        // Consecutive horizons overlap: each resolved forecast adds I / (W + I) of weight.
+        let w = 285.0; // W + I = 300 s: weight 1/20 per decision
+        let mut p = planner(w);
+        for s in 1..=(6 * 3600) {
+            let t = s as f64;
+            // Irregular demand (not gridded): a slow wave plus a pseudo-random component.
+            let x = 20.0 + 10.0 * (t / 900.0).sin() + ((s * 7919) % 11) as f64;
+            p.observe(t, 1.0, x, 0.0);
+        }
+        assert!(p.grid.period().is_none());
+        let r = &p.ratio_generic;
+        assert!(r.calibrated());
+        let expect = r.samples as f64 * 15.0 / 300.0;
+        assert!(r.q.count() < 1024.0, "no halving expected: {}", r.q.count());
+        assert!((r.q.count() - expect).abs() < 1e-6, "weight {} vs {expect}", r.q.count());
+    }
+
+    #[test]
+    fn weekly_activity_wakes_where_the_daily_profile_has_forgotten() {
+        // A client active for half an hour at 10:00 on day 0 only, silent for a week after.
+        let mut p = planner(60.0);
+        let day = 86400.0;
+        let mut t = 0.0;
+        while t < 7.0 * day + 9.0 * 3600.0 {
+            let tod = t % day;
+            let active = t < day && (36000.0..37800.0).contains(&tod);
+            p.observe(t + 15.0, 15.0, if active { 30.0 } else { 0.0 }, 0.0);
+            t += 15.0;
+        }
+        // The daily profile has faded to the forgetting floor; the weekly one remembers.
+        let at = 7.0 * day + 36000.0 - 30.0;
+        let wake = p.p_arrival(at);
+        let other = p.p_arrival(7.0 * day + 9.0 * 3600.0);
+        assert!(wake > 0.9, "P(arrival) at last week's active slot {wake}");
+        assert!(other < 0.6, "P(arrival) elsewhere {other}");
     }
 
     /// A request log with a burst of `size` requests every `every` seconds (1 s long).
