@@ -20,9 +20,9 @@
 //!   of REPLAY.md (ratio quantile of the forecast × wake threshold on P(arrival), or a standing
 //!   level: multiple of the slow mean rate or share of a decaying peak of `x`), each with its
 //!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
-//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]);
+//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (6-h half-life);
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
-//!   runs on the same arrivals, and candidates costing more than it (corrected for the
+//!   runs on the same arrivals, and candidates costing more than it over two days (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
 //!   spend) are not eligible; the headroom left between the best eligible candidate and a
 //!   better, costlier one of the same kind is spent on a convex mix of their planned demands
@@ -419,7 +419,14 @@ const CF_N: usize = CF_NQ * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len(
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
 const CF_ORDERS_CAP: usize = 128;
 /// Half-life of the counterfactual evidence, seconds.
+/// Half-life of the counterfactual evidence behind the budget (the candidates' and the
+/// shadow's decayed spend), seconds: two days, so a daily cycle is paid for as a whole.
 const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
+/// Half-life of the evidence that picks the margin to follow (cost + price × late), seconds:
+/// shorter than the budget's, so the choice follows the traffic of the last hours (a quiet
+/// night and a busy afternoon want different margins) while the spend is still judged over
+/// whole days.
+const CF_SELECT_HALF_LIFE_S: f64 = 6.0 * 3600.0;
 /// Exponent of the budget feedback per decision.
 const BUDGET_GAIN_RATE: f64 = 0.05;
 /// A backlog is drained over max(SLO, this share of W) once drain capacity is ready.
@@ -525,6 +532,9 @@ struct Counterfactual {
     backlog: Vec<f64>,
     late: Vec<f64>,
     cost: Vec<f64>,
+    /// The same with the shorter selection half-life (which margin is best now).
+    late_s: Vec<f64>,
+    cost_s: Vec<f64>,
     seen_s: f64,
     started: bool,
 }
@@ -538,6 +548,8 @@ impl Counterfactual {
             backlog: vec![0.0; CF_N],
             late: vec![0.0; CF_N],
             cost: vec![0.0; CF_N],
+            late_s: vec![0.0; CF_N],
+            cost_s: vec![0.0; CF_N],
             seen_s: 0.0,
             started: false,
         }
@@ -608,6 +620,7 @@ impl Counterfactual {
         }
         self.seen_s += dt;
         let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
+        let decay_s = (-dt * std::f64::consts::LN_2 / CF_SELECT_HALF_LIFE_S).exp();
         for i in 0..CF_N {
             let c = self.ready[i] as f64 * mu;
             let b = (self.backlog[i] + mass - c * dt).max(0.0);
@@ -615,6 +628,8 @@ impl Counterfactual {
             let late = if b > c * slo + 1e-9 { mass } else { 0.0 };
             self.late[i] = self.late[i] * decay + late;
             self.cost[i] = self.cost[i] * decay + self.reps[i] as f64 * dt;
+            self.late_s[i] = self.late_s[i] * decay_s + late;
+            self.cost_s[i] = self.cost_s[i] * decay_s + self.reps[i] as f64 * dt;
         }
     }
 
@@ -633,7 +648,7 @@ impl Counterfactual {
             if self.cost[i] > budget {
                 continue;
             }
-            let j = self.cost[i] + price * self.late[i];
+            let j = self.cost_s[i] + price * self.late_s[i];
             if j < bj {
                 bj = j;
                 best = Some(i);
@@ -643,7 +658,7 @@ impl Counterfactual {
             return cheapest;
         };
         if let Some(c) = cur {
-            if c < CF_N && self.cost[c] <= budget && self.cost[c] + price * self.late[c] <= bj * 1.02 {
+            if c < CF_N && self.cost[c] <= budget && self.cost_s[c] + price * self.late_s[c] <= bj * 1.02 {
                 return c;
             }
         }
@@ -654,7 +669,7 @@ impl Counterfactual {
     /// most objective gained per replica-second, and the share of it the budget affords.
     fn partner(&self, i: usize, price: f64, budget: f64) -> Option<(usize, f64)> {
         let ci = self.cost[i];
-        let ji = ci + price * self.late[i];
+        let ji = self.cost_s[i] + price * self.late_s[i];
         if budget <= ci {
             return None;
         }
@@ -662,7 +677,7 @@ impl Counterfactual {
         let mut best: Option<(usize, f64)> = None;
         for k in 0..CF_N {
             let ck = self.cost[k];
-            let jk = ck + price * self.late[k];
+            let jk = self.cost_s[k] + price * self.late_s[k];
             // Only a costlier margin of the same kind (same wake rule, forecast or standing
             // level) mixes into a margin between the two.
             let cb = Cand::from_index(k);
@@ -672,7 +687,7 @@ impl Counterfactual {
             if ck <= budget || jk >= ji {
                 continue;
             }
-            let gain = (ji - jk) / (ck - ci).max(1e-9);
+            let gain = (ji - jk) / (self.cost_s[k] - self.cost_s[i]).max(1e-9);
             if best.is_none_or(|(_, g)| gain > g) {
                 best = Some((k, gain));
             }
@@ -683,7 +698,12 @@ impl Counterfactual {
 
     fn approx_heap_bytes(&self) -> usize {
         self.orders.capacity() * std::mem::size_of::<(f64, [u32; CF_N])>()
-            + (self.backlog.capacity() + self.late.capacity() + self.cost.capacity()) * 8
+            + (self.backlog.capacity()
+                + self.late.capacity()
+                + self.cost.capacity()
+                + self.late_s.capacity()
+                + self.cost_s.capacity())
+                * 8
             + (self.reps.capacity() + self.ready.capacity()) * 4
     }
 }
@@ -1757,6 +1777,34 @@ mod tests {
         // The default (no evidence) is the most conservative standing level: the recent peak.
         let d = Cand::from_index(CF_N - 1);
         assert_eq!(CF_PEAKS[d.level - CF_LEVELS.len()], (1.0, 1));
+    }
+
+    #[test]
+    fn margin_choice_follows_recent_evidence_while_the_budget_keeps_two_days() {
+        // Two standing fleets: A = 2 replicas, B = 6 (μ = 1, SLO 5 s). One overloaded hour
+        // (4 req/s) makes A late; then 36 quiet hours (1 req/s) neither is late.
+        let mut cf = Counterfactual::new();
+        cf.started = true;
+        let (a, b) = (3, 7);
+        for (i, n) in [(a, 2), (b, 6)] {
+            cf.reps[i] = n;
+            cf.ready[i] = n;
+        }
+        let (w, mu, slo) = (60.0, 1.0, 5.0);
+        for s in 0..3600 {
+            cf.observe(s as f64, 1.0, 4.0, w, mu, slo);
+        }
+        for s in 3600..(37 * 3600) {
+            cf.observe(s as f64, 1.0, 1.0, w, mu, slo);
+        }
+        let price = 150.0;
+        // Over the two-day budget window A's old misses still outweigh B's extra replicas...
+        assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
+        // ...but the margin is chosen on the last hours: A, the cheaper fleet that has served
+        // the recent traffic in time. (The empty fleets are late all along.)
+        assert_eq!(cf.best(price, None, f64::INFINITY), a);
+        // A budget below A's two-day spend still rules it out.
+        assert_ne!(cf.best(price, None, cf.cost[a] * 0.99), a);
     }
 
     #[test]
