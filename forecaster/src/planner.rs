@@ -20,7 +20,8 @@
 //!   of REPLAY.md (ratio quantile of the forecast × wake threshold on P(arrival), or a standing
 //!   level: multiple of the slow mean rate or share of a decaying peak of `x`), each with its
 //!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
-//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (6-h half-life);
+//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (half-life: half
+//!   the planner's age, at most 6 h);
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
 //!   runs on the same arrivals, and candidates costing more than it over two days (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
@@ -427,6 +428,10 @@ const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
 /// night and a busy afternoon want different margins) while the spend is still judged over
 /// whole days.
 const CF_SELECT_HALF_LIFE_S: f64 = 6.0 * 3600.0;
+/// The selection half-life is this share of the counterfactual's age, up to
+/// `CF_SELECT_HALF_LIFE_S` and at least `CF_SELECT_MIN_HALF_LIFE_S`.
+const CF_SELECT_AGE_SHARE: f64 = 0.5;
+const CF_SELECT_MIN_HALF_LIFE_S: f64 = 300.0;
 /// Exponent of the budget feedback per decision.
 const BUDGET_GAIN_RATE: f64 = 0.05;
 /// A backlog is drained over max(SLO, this share of W) once drain capacity is ready.
@@ -620,7 +625,12 @@ impl Counterfactual {
         }
         self.seen_s += dt;
         let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
-        let decay_s = (-dt * std::f64::consts::LN_2 / CF_SELECT_HALF_LIFE_S).exp();
+        // The selection's half-life grows with the evidence: half the counterfactual's age,
+        // from 5 minutes to its cap, so a young planner soon stops judging margins by the
+        // misses of its own learning phase (when no burst of the current size had been seen)
+        // and an old one judges them on the last hours.
+        let hl_s = (CF_SELECT_AGE_SHARE * self.seen_s).clamp(CF_SELECT_MIN_HALF_LIFE_S, CF_SELECT_HALF_LIFE_S);
+        let decay_s = (-dt * std::f64::consts::LN_2 / hl_s).exp();
         for i in 0..CF_N {
             let c = self.ready[i] as f64 * mu;
             let b = (self.backlog[i] + mass - c * dt).max(0.0);
@@ -1805,6 +1815,33 @@ mod tests {
         assert_eq!(cf.best(price, None, f64::INFINITY), a);
         // A budget below A's two-day spend still rules it out.
         assert_ne!(cf.best(price, None, cf.cost[a] * 0.99), a);
+    }
+
+    #[test]
+    fn a_young_planner_forgets_the_misses_of_its_learning_phase() {
+        // A = 2 replicas, B = 6 (μ = 1, SLO 5 s). One overloaded minute at the start (5 req/s)
+        // makes A late; then an hour at 1 req/s where neither is.
+        let mut cf = Counterfactual::new();
+        cf.started = true;
+        let (a, b) = (3, 7);
+        for (i, n) in [(a, 2), (b, 6)] {
+            cf.reps[i] = n;
+            cf.ready[i] = n;
+        }
+        let (w, mu, slo) = (60.0, 1.0, 5.0);
+        for s in 0..60 {
+            cf.observe(s as f64, 1.0, 5.0, w, mu, slo);
+        }
+        for s in 60..3660 {
+            cf.observe(s as f64, 1.0, 1.0, w, mu, slo);
+        }
+        let price = 150.0;
+        assert!(cf.late[a] > 100.0 && cf.late[b] == 0.0);
+        // Judged on everything it saw (or on a fixed 6-h window) A's first-minute misses
+        // would still outweigh B's 4 extra replicas for an hour...
+        assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
+        // ...but an hour-old planner judges on about its last half hour: A.
+        assert_eq!(cf.best(price, None, f64::INFINITY), a);
     }
 
     #[test]
