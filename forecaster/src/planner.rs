@@ -1789,10 +1789,10 @@ mod tests {
         assert_eq!(CF_PEAKS[d.level - CF_LEVELS.len()], (1.0, 1));
     }
 
-    #[test]
-    fn margin_choice_follows_recent_evidence_while_the_budget_keeps_two_days() {
-        // Two standing fleets: A = 2 replicas, B = 6 (μ = 1, SLO 5 s). One overloaded hour
-        // (4 req/s) makes A late; then 36 quiet hours (1 req/s) neither is late.
+    /// Two standing candidate fleets, A (index 3) = 2 replicas and B (index 7) = 6 (μ = 1,
+    /// SLO 5 s, W = 60 s; the other candidates have none), fed `rate` req/s for each
+    /// `(seconds, rate)` phase in turn.
+    fn two_fleets(phases: &[(u32, f64)]) -> (Counterfactual, usize, usize) {
         let mut cf = Counterfactual::new();
         cf.started = true;
         let (a, b) = (3, 7);
@@ -1800,13 +1800,20 @@ mod tests {
             cf.reps[i] = n;
             cf.ready[i] = n;
         }
-        let (w, mu, slo) = (60.0, 1.0, 5.0);
-        for s in 0..3600 {
-            cf.observe(s as f64, 1.0, 4.0, w, mu, slo);
+        let mut t = 0u32;
+        for &(secs, rate) in phases {
+            for s in t..t + secs {
+                cf.observe(s as f64, 1.0, rate, 60.0, 1.0, 5.0);
+            }
+            t += secs;
         }
-        for s in 3600..(37 * 3600) {
-            cf.observe(s as f64, 1.0, 1.0, w, mu, slo);
-        }
+        (cf, a, b)
+    }
+
+    #[test]
+    fn margin_choice_follows_recent_evidence_while_the_budget_keeps_two_days() {
+        // One overloaded hour (4 req/s) makes A late; then 36 quiet hours (1 req/s) neither is.
+        let (cf, a, b) = two_fleets(&[(3600, 4.0), (36 * 3600, 1.0)]);
         let price = 150.0;
         // Over the two-day budget window A's old misses still outweigh B's extra replicas...
         assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
@@ -1819,22 +1826,9 @@ mod tests {
 
     #[test]
     fn a_young_planner_forgets_the_misses_of_its_learning_phase() {
-        // A = 2 replicas, B = 6 (μ = 1, SLO 5 s). One overloaded minute at the start (5 req/s)
-        // makes A late; then an hour at 1 req/s where neither is.
-        let mut cf = Counterfactual::new();
-        cf.started = true;
-        let (a, b) = (3, 7);
-        for (i, n) in [(a, 2), (b, 6)] {
-            cf.reps[i] = n;
-            cf.ready[i] = n;
-        }
-        let (w, mu, slo) = (60.0, 1.0, 5.0);
-        for s in 0..60 {
-            cf.observe(s as f64, 1.0, 5.0, w, mu, slo);
-        }
-        for s in 60..3660 {
-            cf.observe(s as f64, 1.0, 1.0, w, mu, slo);
-        }
+        // One overloaded minute at the start (5 req/s) makes A late; then an hour at 1 req/s
+        // where neither is.
+        let (cf, a, b) = two_fleets(&[(60, 5.0), (3600, 1.0)]);
         let price = 150.0;
         assert!(cf.late[a] > 100.0 && cf.late[b] == 0.0);
         // Judged on everything it saw (or on a fixed 6-h window) A's first-minute misses

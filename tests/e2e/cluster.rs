@@ -14,7 +14,7 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, metric, sref, unique, Proxy, Server};
+use crate::harness::{dcgm_util_page, eventually, metric, sref, unique, Proxy, Server};
 
 // === the fake API server ===
 
@@ -820,18 +820,6 @@ async fn without_kubernetes_every_feature_says_off_at_start_and_in_debug() {
     assert_eq!(d["snapshot"]["planner"]["warmupPlannedSeconds"], 180.0, "fallback: {d}");
 }
 
-/// dcgm-exporter rows (reference note §4.5 shape) for the pods of namespace `llm`, by name.
-fn dcgm_rows(pods: &[(&str, u32)]) -> String {
-    let mut out =
-        String::from("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
-    for (i, (pod, util)) in pods.iter().enumerate() {
-        out.push_str(&format!(
-            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{i}\",UUID=\"GPU-8d1c2b3a-{i:04}-4b17-9c2e-5da9abb51763\",pci_bus_id=\"00000000:{i:02}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"h100-old\",DCGM_FI_DRIVER_VERSION=\"595.58.03\",container=\"vllm\",namespace=\"llm\",pod=\"{pod}\"}} {util}\n"
-        ));
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dcgm_counts_only_the_scale_targets_own_pods() {
     let api = FakeApi::start().await;
@@ -848,8 +836,8 @@ async fn dcgm_counts_only_the_scale_targets_own_pods() {
     canary["metadata"]["labels"]["app"] = json!("vllm-canary");
     api.put(PODS, canary);
     // The target's pods vllm-1..3 at 60 %; the canary and an embedder at 100 %.
-    let rows = [("vllm-1", 60), ("vllm-2", 60), ("vllm-3", 60), ("vllm-canary-1", 100), ("embedder-0", 100)];
-    let exporter = crate::harness::Exporter::start(0, &dcgm_rows(&rows)).await;
+    let rows = [("vllm-1", 60.0), ("vllm-2", 60.0), ("vllm-3", 60.0), ("vllm-canary-1", 100.0), ("embedder-0", 100.0)];
+    let exporter = crate::harness::Exporter::start(0, &dcgm_util_page("llm", &rows)).await;
     let ep = format!("127.0.0.1:{}", exporter.port);
     let kc = kubeconfig(&api.url());
     let server = Server::start_with_env(&[], &env_for(&kc));
@@ -890,7 +878,7 @@ async fn dcgm_counts_only_the_scale_targets_own_pods() {
             "nvidia.com/mig-3g.40gb",
         ),
     );
-    exporter.set(&dcgm_rows(&[("vllm-canary-1", 100), ("embedder-0", 100)]));
+    exporter.set(&dcgm_util_page("llm", &[("vllm-canary-1", 100.0), ("embedder-0", 100.0)]));
     let held_since = std::time::Instant::now();
     let err = eventually(20, "UNAVAILABLE once the narrowed reading is stale", || {
         let (mut c, r) = (c.clone(), llama.clone());
@@ -910,7 +898,10 @@ async fn dcgm_counts_only_the_scale_targets_own_pods() {
     assert!(err.message().contains("none of the 4 Ready pods of the scale target"), "{}", err.message());
 
     // The replicas come back on the exporter: the answer follows again (4 pods × 60 %).
-    exporter.set(&dcgm_rows(&[("vllm-1", 60), ("vllm-2", 60), ("vllm-3", 60), ("vllm-4", 60), ("embedder-0", 100)]));
+    exporter.set(&dcgm_util_page(
+        "llm",
+        &[("vllm-1", 60.0), ("vllm-2", 60.0), ("vllm-3", 60.0), ("vllm-4", 60.0), ("embedder-0", 100.0)],
+    ));
     eventually(20, "answers again once the target's GPUs are back", || {
         let (mut c, r) = (c.clone(), llama.clone());
         async move { (metric(&mut c, &r).await.ok()? == 5).then_some(()) }

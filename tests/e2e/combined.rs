@@ -33,17 +33,6 @@ fn vllm_text(waiting: f64, running: f64) -> String {
     )
 }
 
-fn dcgm_text(ns: &str, utils: &[(&str, f64)]) -> String {
-    let mut s =
-        String::from("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
-    for (i, (pod, u)) in utils.iter().enumerate() {
-        s.push_str(&format!(
-            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{i}\",UUID=\"GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc4{i}\",pci_bus_id=\"00000000:00:0{i}.0\",device=\"nvidia{i}\",modelName=\"NVIDIA L40S\",Hostname=\"gpu1-wl8sg\",DCGM_FI_DRIVER_VERSION=\"595.58.03\",container=\"vllm\",namespace=\"{ns}\",pod=\"{pod}\"}} {u}\n"
-        ));
-    }
-    s
-}
-
 async fn kafka_lag(bs: &str, topic: &str, group: &str, produced: usize, committed: i64) {
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", bs).create().unwrap();
     for i in 0..produced {
@@ -102,7 +91,7 @@ async fn five_signals_plan_follows_the_largest_and_never_drops_on_loss() {
     // vLLM: (6 + 8) / 16 = 0.875
     let vllm = Exporter::start(0, &vllm_text(6.0, 8.0)).await;
     // DCGM: 2 pods × 90 % / 80 = 2.25
-    let dcgm = Exporter::start(0, &dcgm_text(ns, &[("vllm-0", 90.0), ("vllm-1", 90.0)])).await;
+    let dcgm = Exporter::start(0, &dcgm_util_page(ns, &[("vllm-0", 90.0), ("vllm-1", 90.0)])).await;
 
     let srv = Server::start_with_env(&[], &AWS_ENV);
     let c = srv.client().await;
@@ -153,7 +142,7 @@ async fn five_signals_plan_follows_the_largest_and_never_drops_on_loss() {
     want(5, "RabbitMQ drives: ceil(4.5) = 5").await;
     assert!(driver(&srv).await.starts_with("rabbitmq"), "{}", driver(&srv).await);
     // Each other signal in turn becomes the largest.
-    dcgm.set(&dcgm_text(
+    dcgm.set(&dcgm_util_page(
         ns,
         &[("vllm-0", 100.0), ("vllm-1", 100.0), ("vllm-2", 100.0), ("vllm-3", 100.0), ("vllm-4", 100.0)],
     ));

@@ -263,3 +263,16 @@ pub async fn publish_on(ch: &lapin::Channel, queue: &str, n: usize) {
             .unwrap();
     }
 }
+
+/// dcgm-exporter's `DCGM_FI_DEV_GPU_UTIL` page (reference note §4.5 labels, the older
+/// `Hostname` spelling): one GPU per `(pod, utilisation %)`, pod-mapped into namespace `ns`.
+pub fn dcgm_util_page(ns: &str, pods: &[(&str, f64)]) -> String {
+    let mut out =
+        String::from("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n");
+    for (i, (pod, util)) in pods.iter().enumerate() {
+        out.push_str(&format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{i}\",UUID=\"GPU-8d1c2b3a-{i:04}-4b17-9c2e-5da9abb51763\",pci_bus_id=\"00000000:{i:02}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"595.58.03\",container=\"vllm\",namespace=\"{ns}\",pod=\"{pod}\"}} {util}\n"
+        ));
+    }
+    out
+}

@@ -406,11 +406,11 @@ impl Cluster {
 
     /// The scale target's pods as the pod watch sees them, or `None` while the target is
     /// unknown (cluster off, not discovered yet, or not refreshed since).
-    pub fn target_pods(&self, id: &ScalerId) -> Option<crate::sources::dcgm::TargetPods> {
+    pub fn target_pods(&self, id: &ScalerId) -> Option<crate::sources::TargetPods> {
         let t = read(&self.inner.targets).get(id).cloned()?;
         read(&t.info).as_ref()?;
         let view = read(&t.view);
-        view.refreshed.then(|| crate::sources::dcgm::TargetPods { pods: view.pods.clone() })
+        view.refreshed.then(|| crate::sources::TargetPods { pods: view.pods.clone() })
     }
 
     /// The plan at now + warm-up (desired replicas), for the leader's headroom.

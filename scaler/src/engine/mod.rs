@@ -572,9 +572,9 @@ impl ScalerState {
             .zip(&mut self.narrowed)
             .map(|((p, src), narrowed)| {
                 let mut st = p.state();
-                if let (crate::sources::SourceConfig::Dcgm(cfg), Some(c)) = (src, &self.cluster) {
+                if let (true, Some(c)) = (src.narrows_to_pods(), &self.cluster) {
                     if let Some(target) = c.target_pods(&self.config.id) {
-                        narrow_to_target(&mut st, narrowed, |r| crate::sources::dcgm::narrow(cfg, r, &target), tick_ms);
+                        narrow_to_target(&mut st, narrowed, |r| src.narrow(r, &target), tick_ms);
                     }
                 }
                 let per = src.per_replica();

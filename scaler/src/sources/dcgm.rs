@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::exposition::{self, Series};
-use super::{BoxFuture, Reading, Shared, Source, SourceError};
+use super::{BoxFuture, Reading, Shared, Source, SourceError, TargetPods};
 use crate::config::Metadata;
 use crate::redact::redact_url;
 
@@ -234,13 +234,6 @@ impl Utilization {
     }
 }
 
-/// The scale target's pods as the cluster's pod watch sees them: name and whether it is
-/// Ready (only a Ready pod is expected to have a GPU row).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TargetPods {
-    pub pods: Vec<(String, bool)>,
-}
-
 /// Narrow a shared reading to the scale target's pods. No row for any of them is a known
 /// 0 when none of them is Ready (scaled to zero, or every replica still starting) or with
 /// `dcgmIgnoreNoGpus`; with Ready pods and no row it is an error (the exporter is not
@@ -425,27 +418,15 @@ impl DcgmSource {
                 Ok(reading(&self.cfg, utilization(&self.cfg, &rows)?, detail))
             }
             Origin::Prometheus { server, shown, headers, bearer_token } => {
-                let mut req = self
-                    .http
-                    .get(format!("{server}/api/v1/query"))
-                    .query(&[("query", self.cfg.promql())])
-                    .timeout(self.cfg.scrape_timeout);
-                for (k, v) in headers {
-                    req = req.header(k.as_str(), v.as_str());
-                }
-                if let Some(t) = bearer_token {
-                    req = req.bearer_auth(t);
-                }
-                let resp = req
-                    .send()
-                    .await
-                    .map_err(|e| SourceError::connect(format!("Prometheus {shown}: {}", e.without_url())))?;
-                let status = resp.status();
-                let body = resp.text().await.map_err(|e| SourceError::query(e.without_url()))?;
-                if !status.is_success() {
-                    let msg: String = body.chars().take(200).collect();
-                    return Err(SourceError::Query(format!("Prometheus {shown} answered {status}: {msg}")));
-                }
+                let req = super::prometheus::QueryRequest {
+                    server,
+                    params: &[("query".into(), self.cfg.promql())],
+                    headers,
+                    bearer_token: bearer_token.as_deref(),
+                    timeout: Some(self.cfg.scrape_timeout),
+                    shown: Some(shown),
+                };
+                let body = req.send(&self.http).await?;
                 let rows = parse_vector(&body)?;
                 Ok(reading(&self.cfg, utilization(&self.cfg, &rows)?, BTreeMap::new()))
             }

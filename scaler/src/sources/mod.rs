@@ -42,6 +42,13 @@ pub struct Reading {
     pub pods: Option<Arc<Vec<dcgm::PodUtil>>>,
 }
 
+/// The scale target's pods as the cluster's pod watch sees them: name and whether it is
+/// Ready (only a Ready pod is expected to show up in per-pod figures such as GPU rows).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetPods {
+    pub pods: Vec<(String, bool)>,
+}
+
 /// Why a read failed. Messages are redacted before they are stored.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
@@ -126,6 +133,21 @@ impl SourceConfig {
     /// Contains credentials; never logged or shown.
     pub fn poll_key(&self) -> String {
         each!(self, c => c.poll_key())
+    }
+
+    /// Whether a ScaledObject narrows this source's shared reading to its own scale target's
+    /// pods ([`SourceConfig::narrow`]); the other sources read the same for everyone.
+    pub fn narrows_to_pods(&self) -> bool {
+        matches!(self, Self::Dcgm(_))
+    }
+
+    /// The shared reading cut down to the target's pods (unchanged for sources that do not
+    /// [`narrows_to_pods`](SourceConfig::narrows_to_pods)).
+    pub fn narrow(&self, r: &Reading, target: &TargetPods) -> Result<Reading, SourceError> {
+        match self {
+            Self::Dcgm(c) => dcgm::narrow(c, r, target),
+            _ => Ok(r.clone()),
+        }
     }
 
     pub fn build(&self, shared: &Shared) -> Arc<dyn Source> {

@@ -149,24 +149,61 @@ impl PrometheusSource {
             params.push(("namespace".into(), ns.clone()));
         }
         params.extend(self.cfg.query_parameters.iter().cloned());
-        let mut req = self.http.get(format!("{}/api/v1/query", self.cfg.server)).query(&params);
-        for (k, v) in &self.cfg.custom_headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        if let Some(t) = &self.cfg.bearer_token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req.send().await.map_err(|e| SourceError::connect(e.without_url()))?;
-        let status = resp.status();
-        let body = resp.text().await.map_err(|e| SourceError::query(e.without_url()))?;
-        if !status.is_success() {
-            let msg: String = body.chars().take(200).collect();
-            return Err(SourceError::Query(format!("Prometheus answered {status}: {msg}")));
-        }
+        let req = QueryRequest {
+            server: &self.cfg.server,
+            params: &params,
+            headers: &self.cfg.custom_headers,
+            bearer_token: self.cfg.bearer_token.as_deref(),
+            timeout: None,
+            shown: None,
+        };
+        let body = req.send(&self.http).await?;
         let value = parse_instant(&body, self.cfg.ignore_null_values)?;
         let mut detail = BTreeMap::new();
         detail.insert("value", value);
         Ok(Reading { value, active: value > self.cfg.activation_threshold, detail, pods: None })
+    }
+}
+
+/// One `GET {server}/api/v1/query`, with the request headers and bearer token the
+/// Prometheus needs (shared by the `prometheus*` source and `dcgmPrometheus`).
+pub(crate) struct QueryRequest<'a> {
+    pub server: &'a str,
+    pub params: &'a [(String, String)],
+    pub headers: &'a [(String, String)],
+    pub bearer_token: Option<&'a str>,
+    /// Per-request timeout (otherwise the poller's bounds the read).
+    pub timeout: Option<std::time::Duration>,
+    /// The redacted server, named in errors when set.
+    pub shown: Option<&'a str>,
+}
+
+impl QueryRequest<'_> {
+    /// The answer's body on a 2xx; a connect or query error otherwise (at most 200
+    /// characters of the body), never a value.
+    pub async fn send(&self, http: &reqwest::Client) -> Result<String, SourceError> {
+        let mut req = http.get(format!("{}/api/v1/query", self.server)).query(self.params);
+        for (k, v) in self.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if let Some(t) = self.bearer_token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(t) = self.timeout {
+            req = req.timeout(t);
+        }
+        let resp = req.send().await.map_err(|e| match self.shown {
+            Some(s) => SourceError::connect(format!("Prometheus {s}: {}", e.without_url())),
+            None => SourceError::connect(e.without_url()),
+        })?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(|e| SourceError::query(e.without_url()))?;
+        if !status.is_success() {
+            let msg: String = body.chars().take(200).collect();
+            let who = self.shown.map(|s| format!("Prometheus {s}")).unwrap_or_else(|| "Prometheus".into());
+            return Err(SourceError::Query(format!("{who} answered {status}: {msg}")));
+        }
+        Ok(body)
     }
 }
 
