@@ -355,6 +355,33 @@ impl QuantileTracker {
         Some(self.hi)
     }
 
+    /// The quantiles at `qs` (ascending) in one pass, each as [`QuantileTracker::quantile`]
+    /// gives it; `None` while empty or if `qs` is not ascending and finite.
+    pub fn quantiles<const N: usize>(&self, qs: &[f64; N]) -> Option<[f64; N]> {
+        if self.total <= 0.0 || qs.iter().any(|q| !q.is_finite()) || qs.windows(2).any(|p| p[1] < p[0]) {
+            return None;
+        }
+        let n = self.counts.len();
+        let w = (self.hi - self.lo) / n as f64;
+        let mut out = [self.hi; N];
+        let mut k = 0;
+        let mut acc = 0.0;
+        for (i, c) in self.counts.iter().enumerate() {
+            acc += c;
+            if *c <= 0.0 {
+                continue;
+            }
+            while k < N && acc >= qs[k].clamp(0.0, 1.0) * self.total - 1e-12 {
+                out[k] = self.lo + (i + 1) as f64 * w;
+                k += 1;
+            }
+            if k == N {
+                break;
+            }
+        }
+        Some(out)
+    }
+
     /// Share of recorded mass strictly above `x`.
     pub fn share_above(&self, x: f64) -> f64 {
         if self.total <= 0.0 {
@@ -510,5 +537,24 @@ mod tests {
         assert!((q.share_above(0.8) - 0.1).abs() < 0.02);
         q.record(f64::NAN);
         assert!(q.quantile(f64::NAN).is_none());
+    }
+
+    #[test]
+    fn one_pass_quantiles_match_single_queries() {
+        let mut q = QuantileTracker::new(-3.0, 5.0, 640, 1024.0);
+        assert!(q.quantiles(&[0.5, 0.9]).is_none());
+        // A skewed, gappy sample with repeated values.
+        for i in 0..700u64 {
+            let x = ((i * 7919) % 97) as f64 / 40.0 - 1.0 + if i % 13 == 0 { 2.5 } else { 0.0 };
+            q.record_weighted(x, 0.05 + (i % 5) as f64 * 0.1);
+        }
+        let qs = [0.0, 0.5, 0.7, 0.9, 0.9, 0.99, 0.998, 1.0];
+        let all = q.quantiles(&qs).unwrap();
+        for (k, &p) in qs.iter().enumerate() {
+            assert_eq!(all[k], q.quantile(p).unwrap(), "q{p}");
+        }
+        // Not ascending, or not finite: no answer rather than a wrong one.
+        assert!(q.quantiles(&[0.9, 0.5]).is_none());
+        assert!(q.quantiles(&[0.5, f64::NAN]).is_none());
     }
 }

@@ -12,7 +12,8 @@
 //!   for the next change point, from the last decision whose order is still ready by it
 //!   (just in time: earlier orders only pay for replicas that sit ready before the change);
 //! - calibrates the forecast's upper quantiles from resolved forecasts weighted by their
-//!   share of an independent horizon (consecutive horizons overlap);
+//!   share of an independent horizon (consecutive horizons overlap), standardised by the
+//!   level's sqrt (a small fleet's relative margin is wider than a large one's);
 //! - keeps an idle-gap histogram plus daily and weekly activity profiles to decide
 //!   scale-to-zero and wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
 //! - learns its safety margin from the misses it would have had (Autopilot): a
@@ -21,7 +22,8 @@
 //!   level: multiple of the slow mean rate or share of a decaying peak of `x`), each with its
 //!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
 //!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (half-life: half
-//!   the planner's age, at most 6 h);
+//!   the planner's age, at most 6 h); the price rises while attainment is below its target
+//!   and budget is left over (`price_feedback`);
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
 //!   runs on the same arrivals, and candidates costing more than it over two days (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
@@ -301,20 +303,41 @@ struct Pending {
 /// is by weight) and the evidence behind a high quantile are thereby counted in independent
 /// horizons, not in decisions: unweighted, a W = 420 s planner would read its q0.99 off ~1024
 /// decisions that are only ~35 independent outcomes, and forget within hours.
+///
+/// The log ratio's spread shrinks as the demand grows: demand is a sum of requests from
+/// many clients, so its relative noise falls like 1/sqrt(level) (a count process) and a
+/// fleet of 2 sees doublings that a fleet of 40 never does. Ratios are therefore recorded
+/// standardised, `z = ln ratio × sqrt(point/μ + 1)`, and a quantile is read back at the
+/// current point's scale: a small fleet gets a wide relative margin, a large one a narrow
+/// one, from the same evidence. (Unscaled, one quantile over all levels over-provisions the
+/// busy hours and under-provisions the quiet ones.)
 #[derive(Debug, Clone)]
 struct RatioTracker {
     q: QuantileTracker,
     /// Outcomes recorded (unweighted): the quantiles are used once there are enough.
     samples: u64,
+    mu: f64,
+}
+
+/// The standardised ratios span this many times the log-ratio range [-3, 5]: sqrt of the
+/// largest fleet (≤ 1024 replicas) the tracker resolves finely.
+fn ratio_range_scale(max_replicas: u32) -> f64 {
+    (f64::from(max_replicas.min(1023)) + 1.0).sqrt()
 }
 
 impl RatioTracker {
-    fn new() -> Self {
-        RatioTracker { q: QuantileTracker::new(-3.0, 5.0, 320, 1024.0), samples: 0 }
+    fn new(mu: f64, max_replicas: u32) -> Self {
+        let k = ratio_range_scale(max_replicas);
+        RatioTracker { q: QuantileTracker::new(-3.0 * k, 5.0 * k, 1280, 1024.0), samples: 0, mu }
     }
 
-    fn record(&mut self, r: f64, weight: f64) {
-        self.q.record_weighted(r, weight);
+    /// sqrt(point/μ + 1): the standardisation factor at a point forecast (req/s).
+    fn spread_factor(&self, point: f64) -> f64 {
+        (point.max(0.0) / self.mu + 1.0).sqrt()
+    }
+
+    fn record(&mut self, r: f64, weight: f64, point: f64) {
+        self.q.record_weighted(r * self.spread_factor(point), weight);
         self.samples += 1;
     }
 
@@ -322,8 +345,15 @@ impl RatioTracker {
         self.samples >= 20
     }
 
-    fn quantile(&self, q: f64) -> Option<f64> {
-        self.q.quantile(q)
+    /// The `q` quantile of ln(outcome / point) for a forecast of `point`.
+    fn quantile(&self, q: f64, point: f64) -> Option<f64> {
+        self.q.quantile(q).map(|z| z / self.spread_factor(point))
+    }
+
+    /// [`RatioTracker::quantile`] at every candidate quantile, in one pass.
+    fn candidate_quantiles(&self, point: f64) -> Option<[f64; CF_NQ]> {
+        let f = self.spread_factor(point);
+        self.q.quantiles(&CF_QS).map(|z| z.map(|z| z / f))
     }
 }
 
@@ -443,6 +473,14 @@ const LEVEL_TAU_S: f64 = 1800.0;
 /// (newsvendor reading: provision a replica when P(it is needed) > 1/150, i.e. plan near
 /// the 99.3 % quantile), within the budget of the reactive shadow.
 pub const MISS_PRICE_SERVICE_TIMES: f64 = 150.0;
+/// SLO attainment the planner aims for before it saves money: below it, misses are priced up.
+const ATTAINMENT_TARGET: f64 = 0.995;
+/// Largest multiple of the base miss price the feedback reaches (then a miss is priced so
+/// high that the choice is, in effect, the fewest misses within the budget).
+const PRICE_GAIN_MAX: f64 = 100.0;
+/// The price feedback raises the price only while the planner spends less than this share of
+/// the reactive shadow's spend.
+const PRICE_FEEDBACK_SPEND_SHARE: f64 = 0.9;
 /// Share of the budget headroom above the followed candidate spent on mixing in a costlier one.
 const BLEND_HEADROOM_SHARE: f64 = 1.0;
 /// Seconds of counterfactual evidence before the planner follows its choice.
@@ -541,6 +579,8 @@ struct Counterfactual {
     late_s: Vec<f64>,
     cost_s: Vec<f64>,
     seen_s: f64,
+    /// Arrival mass with the selection half-life (the denominator of the recent miss share).
+    mass_s: f64,
     started: bool,
 }
 
@@ -556,6 +596,7 @@ impl Counterfactual {
             late_s: vec![0.0; CF_N],
             cost_s: vec![0.0; CF_N],
             seen_s: 0.0,
+            mass_s: 0.0,
             started: false,
         }
     }
@@ -631,6 +672,7 @@ impl Counterfactual {
         // and an old one judges them on the last hours.
         let hl_s = (CF_SELECT_AGE_SHARE * self.seen_s).clamp(CF_SELECT_MIN_HALF_LIFE_S, CF_SELECT_HALF_LIFE_S);
         let decay_s = (-dt * std::f64::consts::LN_2 / hl_s).exp();
+        self.mass_s = self.mass_s * decay_s + mass;
         for i in 0..CF_N {
             let c = self.ready[i] as f64 * mu;
             let b = (self.backlog[i] + mass - c * dt).max(0.0);
@@ -716,6 +758,21 @@ impl Counterfactual {
                 * 8
             + (self.reps.capacity() + self.ready.capacity()) * 4
     }
+}
+
+/// One step of the miss price's integral feedback: the gain grows while the recent miss share
+/// is above `1 − ATTAINMENT_TARGET` and there is spare budget, and shrinks back towards 1
+/// otherwise. Only spare budget is spent this way: near the budget the price returns to its
+/// base, because there the budget decides, and a dearer miss would only tip the choice to
+/// candidates that the planner's own overhead pushes over it.
+fn price_feedback(gain: f64, miss_share: f64, spare_budget: bool) -> f64 {
+    let r = if spare_budget && miss_share.is_finite() {
+        (miss_share.max(0.0) + 1e-6) / (1.0 - ATTAINMENT_TARGET)
+    } else {
+        0.1
+    };
+    let g = if gain.is_finite() { gain } else { 1.0 };
+    (g * r.clamp(0.1, 10.0).powf(BUDGET_GAIN_RATE)).clamp(1.0, PRICE_GAIN_MAX)
 }
 
 /// KEDA's default cooldown and the HPA's scale-down stabilisation, seconds.
@@ -905,6 +962,8 @@ pub struct Planner {
     last_desired: u32,
     /// Share of the shadow's spend the candidates may use (integral feedback, ≤ 1).
     budget_gain: f64,
+    /// Multiplier of the miss price (integral feedback on the attainment target, ≥ 1).
+    price_gain: f64,
     cand_idx: Option<usize>,
     /// A costlier candidate with fewer misses the followed one is mixed with, and its share:
     /// the candidates are a coarse grid, so the budget left between the best eligible one and
@@ -980,8 +1039,8 @@ impl Planner {
             // be credited for it when the peak comes round again.
             ensemble: Ensemble::new(MEMBERS, (cfg.interval_s / 86_400.0).clamp(5e-5, 0.05), ENSEMBLE_Q),
             pending: VecDeque::with_capacity(PENDING_CAP),
-            ratio_generic: RatioTracker::new(),
-            ratio_grid: RatioTracker::new(),
+            ratio_generic: RatioTracker::new(cfg.capacity, cfg.max_replicas),
+            ratio_grid: RatioTracker::new(cfg.capacity, cfg.max_replicas),
             wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
             was_idle: true,
             cached: None,
@@ -995,6 +1054,7 @@ impl Planner {
             followed_cf_cost: 0.0,
             last_desired: 0,
             budget_gain: 1.0,
+            price_gain: 1.0,
             cand_idx: None,
             blend: None,
             level: 0.0,
@@ -1198,8 +1258,8 @@ impl Planner {
             }
             let r = ((y + eps) / (p.point + eps)).ln();
             match p.regime {
-                Regime::Generic => self.ratio_generic.record(r, weight),
-                Regime::GridChange => self.ratio_grid.record(r, weight),
+                Regime::Generic => self.ratio_generic.record(r, weight, p.point),
+                Regime::GridChange => self.ratio_grid.record(r, weight, p.point),
                 Regime::GridSteady | Regime::Idle => {}
             }
         }
@@ -1372,7 +1432,7 @@ impl Planner {
             Regime::Idle => point.max(0.0),
             _ => {
                 let lr = if tracker.calibrated() {
-                    tracker.quantile(q).unwrap_or(0.7)
+                    tracker.quantile(q, point).unwrap_or(0.7)
                 } else {
                     // Not calibrated yet: a generous margin.
                     0.7
@@ -1473,10 +1533,12 @@ impl Planner {
         order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
         let mut lr = [0.7; CF_QS.len()];
         let mut mix = [0.0; CF_QS.len()];
-        for (k, &q) in CF_QS.iter().enumerate() {
-            if calibrated {
-                lr[k] = tracker.quantile(q).unwrap_or(0.7);
+        if calibrated {
+            if let Some(v) = tracker.candidate_quantiles(fc.point) {
+                lr = v;
             }
+        }
+        for (k, &q) in CF_QS.iter().enumerate() {
             // Members disagreeing (e.g. a level model and a seasonal one before a recurring
             // peak): read the weights as a mixture and take its upper quantile over the
             // members credible enough (cumulative weight from the top ≥ max(1 − q, 0.1)).
@@ -1523,7 +1585,17 @@ impl Planner {
         if !self.cf_warm() {
             return Cand::from_index(CF_N - 1);
         }
-        let price = MISS_PRICE_SERVICE_TIMES / self.cfg.capacity;
+        // Price feedback: while the followed candidate's recent miss share is above the
+        // attainment target, a late request is priced higher (integral feedback, like the
+        // budget's), so spare budget is spent on attainment; back to the base price when met.
+        if let Some(c) = self.cand_idx {
+            if self.cf.mass_s > 0.0 {
+                let miss = self.cf.late_s[c] / self.cf.mass_s;
+                let spare = self.own_cost < PRICE_FEEDBACK_SPEND_SHARE * self.shadow.cost;
+                self.price_gain = price_feedback(self.price_gain, miss, spare);
+            }
+        }
+        let price = self.price_gain * MISS_PRICE_SERVICE_TIMES / self.cfg.capacity;
         // Budget: the reactive shadow's spend. The candidates' counterfactual cost misses
         // what the real planner adds to them (hold, drain from the real backlog, learning
         // phase), so it is divided by the measured overhead own/followed, and an integral
@@ -1700,7 +1772,7 @@ impl Planner {
         let tau = self.idle.idle_for(tt);
         let rq = |q: f64| {
             let tr = if self.grid.period().is_some() { &self.ratio_grid } else { &self.ratio_generic };
-            tr.quantile(q).map(f64::exp)
+            tr.quantile(q, self.cached.as_ref().map(|c| c.point).unwrap_or(0.0)).map(f64::exp)
         };
         Snapshot {
             t_s: t,
@@ -1877,6 +1949,123 @@ mod tests {
         assert!(cf.late[0] > 0.0);
     }
 
+    /// A deterministic standard-normal-ish draw (sum of 12 uniforms − 6) from an LCG state.
+    fn normal(state: &mut u64) -> f64 {
+        let mut acc = 0.0;
+        for _ in 0..12 {
+            *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            acc += (*state >> 11) as f64 / (1u64 << 53) as f64;
+        }
+        acc - 6.0
+    }
+
+    #[test]
+    fn ratio_margin_is_wider_for_a_small_fleet_than_for_a_large_one() {
+        // A count process: demand at level L (replicas, μ = 1) varies by ±sqrt(L), so its log
+        // ratio spreads ~1/sqrt(L). One tracker sees both a quiet level (2) and a busy one
+        // (200) equally often; its q0.9 must cover ~90 % at each level, which one quantile of
+        // the raw log ratio cannot (it would cover the busy level always, the quiet one not).
+        let mut tr = RatioTracker::new(1.0, 400);
+        let mut st = 7u64;
+        let levels: [f64; 2] = [2.0, 200.0];
+        let mut draws = [Vec::new(), Vec::new()];
+        for i in 0..4000 {
+            let k = i % 2;
+            let l = levels[k];
+            let y = (l + l.sqrt() * normal(&mut st)).max(0.0);
+            let r = ((y + 0.05) / (l + 0.05)).ln();
+            tr.record(r, 0.05, l);
+            draws[k].push(r);
+        }
+        let q_small = tr.quantile(0.9, 2.0).unwrap();
+        let q_big = tr.quantile(0.9, 200.0).unwrap();
+        assert!(q_small > 5.0 * q_big, "relative margin small {q_small} vs big {q_big}");
+        for (k, q) in [(0, q_small), (1, q_big)] {
+            let covered = draws[k].iter().filter(|&&r| r <= q).count() as f64 / draws[k].len() as f64;
+            assert!((0.84..=0.96).contains(&covered), "level {}: q0.9 covers {covered}", levels[k]);
+        }
+    }
+
+    #[test]
+    fn miss_price_rises_only_on_spare_budget_and_falls_back() {
+        // Misses above the target with spare budget: the price climbs, boundedly.
+        let mut g = 1.0;
+        for _ in 0..50 {
+            g = price_feedback(g, 0.05, true);
+        }
+        assert!(g > 1.5, "{g}");
+        for _ in 0..10_000 {
+            g = price_feedback(g, 0.05, true);
+        }
+        assert_eq!(g, PRICE_GAIN_MAX);
+        // Near the budget it returns to the base price, however bad the misses.
+        let mut h = g;
+        for _ in 0..2000 {
+            h = price_feedback(h, 0.5, false);
+        }
+        assert_eq!(h, 1.0);
+        // The target met: it falls back too, and never below the base price.
+        let mut m = g;
+        for _ in 0..2000 {
+            m = price_feedback(m, 0.0, true);
+        }
+        assert_eq!(m, 1.0);
+        assert_eq!(price_feedback(1.0, f64::NAN, true), 1.0);
+        assert_eq!(price_feedback(f64::INFINITY, 0.0, true), 1.0);
+    }
+
+    #[test]
+    fn misses_with_spare_budget_raise_the_miss_price() {
+        // A rate series of 10-min windows whose rates jump unpredictably (log-normal, σ = 0.6),
+        // W = 300 (so every up-jump beyond the margin misses for minutes): attainment stays
+        // below the target while the planner spends far less than the reactive shadow, so the
+        // price rises.
+        let w = 300.0;
+        let sg = 0.6;
+        let mut p = planner(w);
+        let mut st = 11u64;
+        let mut rate = 10.0;
+        let mut t = 0.0;
+        let mut ready = 10u32;
+        let mut warming: VecDeque<(f64, u32)> = VecDeque::new();
+        let mut backlog = 0.0;
+        while t < 3.0 * 86400.0 {
+            if (t as u64).is_multiple_of(600) {
+                let z = normal(&mut st);
+                rate = (10.0 * (sg * z).exp()).clamp(1.0, 80.0);
+            }
+            while warming.front().is_some_and(|x| x.0 <= t) {
+                ready += warming.pop_front().unwrap().1;
+            }
+            let d = p.plan(t, ready, warming.iter().map(|x| x.1).sum()).desired;
+            let n = ready + warming.iter().map(|x| x.1).sum::<u32>();
+            if d > n {
+                warming.push_back((t + w, d - n));
+            } else {
+                let mut x = n - d;
+                while x > 0 {
+                    let Some(b) = warming.back_mut() else { break };
+                    let k = b.1.min(x);
+                    b.1 -= k;
+                    x -= k;
+                    if b.1 == 0 {
+                        warming.pop_back();
+                    }
+                }
+                ready -= x;
+            }
+            for s in 0..15 {
+                backlog = (backlog + rate - ready as f64).max(0.0);
+                p.observe(t + s as f64 + 1.0, 1.0, rate, backlog);
+            }
+            t += 15.0;
+        }
+        let c = p.cand_idx.unwrap();
+        assert!(p.cf.late_s[c] / p.cf.mass_s > 1.0 - ATTAINMENT_TARGET, "followed candidate misses too little");
+        assert!(p.own_cost < PRICE_FEEDBACK_SPEND_SHARE * p.shadow.cost, "{} vs {}", p.own_cost, p.shadow.cost);
+        assert!(p.price_gain > 2.0, "price gain {}", p.price_gain);
+    }
+
     fn planner(w: f64) -> Planner {
         let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
         cfg.max_replicas = 100;
@@ -1995,11 +2184,12 @@ mod tests {
         let p = simulate(&trace, &sc, &mut pre, None);
         let mut rea = ReactivePolicy::new(&sc);
         let r = simulate(&trace, &sc, &mut rea, None);
-        // Not a dominance claim on this toy (reactive's 300-s stabilisation is longer than
-        // the 240-s burst period, so it keeps burst capacity for free): prescale trades at
-        // most a little attainment for a clearly smaller bill.
+        // Reactive's 300-s stabilisation is longer than the 240-s burst period, so it keeps
+        // burst capacity for free; prescale, missing far more than its attainment target with
+        // budget to spare, prices misses up (`price_feedback`) and spends part of the saving
+        // on attainment: at least reactive's, for a clearly smaller bill.
         assert!(
-            p.score.slo_attainment > r.score.slo_attainment - 0.02,
+            p.score.slo_attainment >= r.score.slo_attainment,
             "prescale {} ({} GPUh) vs reactive {} ({} GPUh)",
             p.score.slo_attainment,
             p.score.gpu_hours,
@@ -2007,7 +2197,7 @@ mod tests {
             r.score.gpu_hours
         );
         assert!(
-            p.score.gpu_hours <= r.score.gpu_hours * 0.9,
+            p.score.gpu_hours <= r.score.gpu_hours * 0.95,
             "prescale {} GPUh vs reactive {}",
             p.score.gpu_hours,
             r.score.gpu_hours
