@@ -15,11 +15,18 @@ mkdir -p "$STATE"
 
 build() {
   [ -x "$TANSU" ] && return 0
+  # One build per machine at a time: a second run (another checkout's tests, a manual build)
+  # waits for the first and then finds the binary, instead of racing it for the cache.
+  mkdir -p "$ROOT"
+  exec 9>"$ROOT/.build.lock"
+  flock 9
+  [ -x "$TANSU" ] && { exec 9>&-; return 0; }
   log "building tansu 0.6.0 with the in-memory store (once per machine, ~18 min on 2 cores)"
   # --features dynostore: the default features have no storage engine at all.
   CARGO_TARGET_DIR=${PRESCALE_TANSU_TARGET:-$ROOT/target} \
     cargo install tansu --version 0.6.0 --features dynostore --locked --root "$ROOT" >&2
   rm -rf "${PRESCALE_TANSU_TARGET:-$ROOT/target}"
+  exec 9>&-
 }
 
 up() { (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null; }

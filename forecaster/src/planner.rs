@@ -464,6 +464,15 @@ const CF_SELECT_AGE_SHARE: f64 = 0.5;
 const CF_SELECT_MIN_HALF_LIFE_S: f64 = 300.0;
 /// Exponent of the budget feedback per decision.
 const BUDGET_GAIN_RATE: f64 = 0.05;
+/// The budget feedback aims the planner's own spend at this share of the reactive shadow's:
+/// a planner held exactly at the status quo's spend ends a short trace a hair over or under
+/// it by chance; 1 % below, the last hour's noise does not tip the total over.
+const BUDGET_SETPOINT: f64 = 0.99;
+/// Exponent of the miss price's feedback per decision: a fifth of the budget's, so the price
+/// (the outer loop) moves on the scale of an hour (×10 misses over target: ×100 in ~50 min)
+/// and the budget settles under it. A fast price spends a young planner's apparent spare
+/// budget on its first bursts before the budget has seen what the status quo spends later.
+const PRICE_GAIN_RATE: f64 = 0.01;
 /// A backlog is drained over max(SLO, this share of W) once drain capacity is ready.
 const DRAIN_W_SHARE: f64 = 0.1;
 /// Time constant of the slow mean rate behind the standing levels, seconds.
@@ -772,7 +781,7 @@ fn price_feedback(gain: f64, miss_share: f64, spare_budget: bool) -> f64 {
         0.1
     };
     let g = if gain.is_finite() { gain } else { 1.0 };
-    (g * r.clamp(0.1, 10.0).powf(BUDGET_GAIN_RATE)).clamp(1.0, PRICE_GAIN_MAX)
+    (g * r.clamp(0.1, 10.0).powf(PRICE_GAIN_RATE)).clamp(1.0, PRICE_GAIN_MAX)
 }
 
 /// KEDA's default cooldown and the HPA's scale-down stabilisation, seconds.
@@ -1316,8 +1325,15 @@ impl Planner {
         let max_r = self.cfg.max_replicas;
         let slo = self.cfg.slo_s;
         self.cf.push(&snap, spacing, self.w, mu, slo, 0.05 * mu, max_r as f64, n0);
+        self.shadow_decide(t);
+    }
+
+    /// The reactive shadow's decision at `t`, on what the planner has seen before `t`.
+    fn shadow_decide(&mut self, t: f64) {
+        let n0 = self.first_n.unwrap_or(0);
         let rate60 = self.history.mass_between(t - 60.0, t) / 60.0;
         let active_recent = self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
+        let (mu, slo, max_r) = (self.cfg.capacity, self.cfg.slo_s, self.cfg.max_replicas);
         self.shadow.decide(t, n0, rate60, active_recent, mu, slo, self.w, max_r);
     }
 
@@ -1602,7 +1618,7 @@ impl Planner {
         // feedback on own vs shadow spend trims it further when the planner still spends more
         // than the status quo would have.
         if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
-            let ratio = self.shadow.cost / self.own_cost;
+            let ratio = BUDGET_SETPOINT * self.shadow.cost / self.own_cost;
             self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(0.2, 1.0);
         }
         // (Below 1 when the planner spends less than the candidates it follows, e.g. after
@@ -1634,6 +1650,13 @@ impl Planner {
         self.first_n.get_or_insert(n);
         if self.last_t.map(|l| t >= l).unwrap_or(true) {
             self.close_intervals_before(t);
+        }
+        if !self.shadow.started {
+            // The reactive shadow decides from the planner's first decision on, as the
+            // reference policy does (REPLAY.md: at s = 0 with no history, a fleet that has
+            // seen no arrival is released); starting it one interval later would hand it the
+            // fleet the planner was given, and a budget that path never had.
+            self.shadow_decide(t);
         }
         if self.cached.is_none() {
             self.forecast_from(t);
@@ -2169,6 +2192,27 @@ mod tests {
         // The shadow's cost is decayed (half-life 2 days): undo it only approximately.
         let ratio = shadow / r.score.replica_seconds;
         assert!((0.9..1.05).contains(&ratio), "shadow/reactive cost {ratio:.3}");
+    }
+
+    #[test]
+    fn shadow_decides_from_the_first_plan_like_the_reference() {
+        // Handed 20 replicas with no arrival seen, the reference reactive policy releases all
+        // but one at s = 0 (REPLAY.md); the shadow must take that same first decision, not
+        // start one interval later from the handed fleet.
+        let trace = bursty(3600, 240, 30.0);
+        let mut sc = scenario_defaults(&trace, 1.0, 60, 5.0, 15, 0, None, None);
+        sc.initial_replicas = 20;
+        let mut rea = ReactivePolicy::new(&sc);
+        let r = simulate(&trace, &sc, &mut rea, None);
+        let mut p = planner(60.0);
+        p.plan(0.0, 20, 0);
+        assert_eq!(p.shadow.n(), r.plan[0].1);
+        assert_eq!(p.shadow.n(), 1);
+        // And its spend follows the reference's from there.
+        let mut pre = PrescalePolicy::new(&sc).unwrap();
+        simulate(&trace, &sc, &mut pre, None);
+        let ratio = pre.planner().shadow.cost / r.score.replica_seconds;
+        assert!((0.97..1.01).contains(&ratio), "shadow/reactive cost {ratio:.4}");
     }
 
     #[test]
