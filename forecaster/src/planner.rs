@@ -453,7 +453,6 @@ const PEAK_HALF_LIVES_S: [f64; 2] = [900.0, 3600.0];
 const CF_N: usize = CF_NQ * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len();
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
 const CF_ORDERS_CAP: usize = 128;
-/// Half-life of the counterfactual evidence, seconds.
 /// Half-life of the counterfactual evidence behind the budget (the candidates' and the
 /// shadow's decayed spend), seconds: two days, so a daily cycle is paid for as a whole.
 const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
@@ -993,6 +992,32 @@ pub struct Planner {
     peak: [f64; 2],
 }
 
+/// Member indices by forecast, largest first.
+fn members_descending(f: &[f64; MEMBERS]) -> [usize; MEMBERS] {
+    let mut order: [usize; MEMBERS] = std::array::from_fn(|m| m);
+    order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
+    order
+}
+
+/// Members disagreeing (e.g. a level model and a seasonal one before a recurring peak): read
+/// the weights `w` as a mixture and take its upper `q` quantile over the available members
+/// credible enough: the forecast of the first member, from the top of `order`, at which the
+/// cumulative weight reaches max(1 − q, 0.1). None if no member reaches it.
+fn mixture_upper(order: &[usize; MEMBERS], f: &[f64; MEMBERS], a: &[bool; MEMBERS], w: &[f64], q: f64) -> Option<f64> {
+    let need_w = (1.0 - q).max(0.1);
+    let mut acc = 0.0;
+    for &m in order {
+        if !a[m] || m >= w.len() {
+            continue;
+        }
+        acc += w[m];
+        if acc >= need_w {
+            return Some(f[m]);
+        }
+    }
+    None
+}
+
 fn finite_or(x: f64, d: f64) -> f64 {
     if x.is_finite() {
         x
@@ -1460,23 +1485,9 @@ impl Planner {
                 ((point + eps) * lr.exp() - eps).max(0.0).max(current)
             }
         };
-        // Members disagreeing (e.g. a level model and a seasonal one before a recurring
-        // peak): read the weights as a mixture and take its upper quantile over the members
-        // credible enough (cumulative weight from the top ≥ max(1 − q, 0.1)).
         if regime != Regime::GridSteady {
-            let mut order: [usize; MEMBERS] = [0, 1, 2, 3, 4];
-            order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
-            let need_w = (1.0 - q).max(0.1);
-            let mut acc = 0.0;
-            for m in order {
-                if !a[m] {
-                    continue;
-                }
-                acc += w[m];
-                if acc >= need_w {
-                    upper = upper.max(f[m]);
-                    break;
-                }
+            if let Some(v) = mixture_upper(&members_descending(&f), &f, &a, &w, q) {
+                upper = upper.max(v);
             }
         }
         if self.pending.len() == PENDING_CAP {
@@ -1549,8 +1560,7 @@ impl Planner {
         let calibrated = tracker.calibrated();
         let (f, a) = self.cached_members;
         let w = &fc.weights;
-        let mut order: [usize; MEMBERS] = [0, 1, 2, 3, 4];
-        order.sort_by(|x, y| f[*y].total_cmp(&f[*x]));
+        let order = members_descending(&f);
         let mut lr = [0.7; CF_QS.len()];
         let mut mix = [0.0; CF_QS.len()];
         if calibrated {
@@ -1559,21 +1569,7 @@ impl Planner {
             }
         }
         for (k, &q) in CF_QS.iter().enumerate() {
-            // Members disagreeing (e.g. a level model and a seasonal one before a recurring
-            // peak): read the weights as a mixture and take its upper quantile over the
-            // members credible enough (cumulative weight from the top ≥ max(1 − q, 0.1)).
-            let need_w = (1.0 - q).max(0.1);
-            let mut acc = 0.0;
-            for &m in &order {
-                if !a[m] || m >= w.len() {
-                    continue;
-                }
-                acc += w[m];
-                if acc >= need_w {
-                    mix[k] = f[m];
-                    break;
-                }
-            }
+            mix[k] = mixture_upper(&order, &f, &a, w, q).unwrap_or(0.0);
         }
         let mu = self.cfg.capacity;
         let wake_at = |q: f64| {
@@ -2044,49 +2040,16 @@ mod tests {
     #[test]
     fn misses_with_spare_budget_raise_the_miss_price() {
         // A rate series of 10-min windows whose rates jump unpredictably (log-normal, σ = 0.6),
-        // W = 300 (so every up-jump beyond the margin misses for minutes): attainment stays
-        // below the target while the planner spends far less than the reactive shadow, so the
-        // price rises.
-        let w = 300.0;
-        let sg = 0.6;
-        let mut p = planner(w);
+        // W = 300 (so every up-jump beyond the margin misses for minutes), replayed under
+        // REPLAY.md's fleet rules: attainment stays below the target while the planner spends
+        // far less than the reactive shadow, so the price rises.
         let mut st = 11u64;
-        let mut rate = 10.0;
-        let mut t = 0.0;
-        let mut ready = 10u32;
-        let mut warming: VecDeque<(f64, u32)> = VecDeque::new();
-        let mut backlog = 0.0;
-        while t < 3.0 * 86400.0 {
-            if (t as u64).is_multiple_of(600) {
-                let z = normal(&mut st);
-                rate = (10.0 * (sg * z).exp()).clamp(1.0, 80.0);
-            }
-            while warming.front().is_some_and(|x| x.0 <= t) {
-                ready += warming.pop_front().unwrap().1;
-            }
-            let d = p.plan(t, ready, warming.iter().map(|x| x.1).sum()).desired;
-            let n = ready + warming.iter().map(|x| x.1).sum::<u32>();
-            if d > n {
-                warming.push_back((t + w, d - n));
-            } else {
-                let mut x = n - d;
-                while x > 0 {
-                    let Some(b) = warming.back_mut() else { break };
-                    let k = b.1.min(x);
-                    b.1 -= k;
-                    x -= k;
-                    if b.1 == 0 {
-                        warming.pop_back();
-                    }
-                }
-                ready -= x;
-            }
-            for s in 0..15 {
-                backlog = (backlog + rate - ready as f64).max(0.0);
-                p.observe(t + s as f64 + 1.0, 1.0, rate, backlog);
-            }
-            t += 15.0;
-        }
+        let rates: Vec<f64> = (0..3 * 144).map(|_| (10.0 * (0.6 * normal(&mut st)).exp()).clamp(1.0, 80.0)).collect();
+        let trace = crate::trace::trace_from_rates(600, &rates);
+        let sc = scenario_defaults(&trace, 1.0, 300, 5.0, 15, 0, None, None);
+        let mut pre = PrescalePolicy::new(&sc).unwrap();
+        simulate(&trace, &sc, &mut pre, None);
+        let p = pre.planner();
         let c = p.cand_idx.unwrap();
         assert!(p.cf.late_s[c] / p.cf.mass_s > 1.0 - ATTAINMENT_TARGET, "followed candidate misses too little");
         assert!(p.own_cost < PRICE_FEEDBACK_SPEND_SHARE * p.shadow.cost, "{} vs {}", p.own_cost, p.shadow.cost);

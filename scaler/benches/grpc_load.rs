@@ -112,6 +112,26 @@ fn rss_mib(pid: u32) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Start `prescale ARGS` with `envs`, wait for the `grpc=ADDR` it logs once bound, and keep
+/// draining its stderr (a full pipe would block the server). Returns the child and ADDR.
+fn spawn_prescale(args: &[&str], envs: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn prescale {}: {e}", args[0]));
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let l = lines.next().unwrap_or_else(|| panic!("prescale {} exited", args[0])).unwrap();
+        if let Some(i) = l.find("grpc=") {
+            break l[i + 5..].split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
 fn main() {
     // `cargo test --benches` runs bench targets with --bench absent; only run when benchmarking.
     if !std::env::args().any(|a| a == "--bench") {
@@ -128,18 +148,7 @@ fn main() {
         }
         // The floor: `prescale floor`, an ExternalScaler answering constants, in its own
         // process like the real server, so both pay the same process and scheduling costs.
-        let mut floor_child = Command::new(env!("CARGO_BIN_EXE_prescale"))
-            .args(["floor", "--grpc-addr", "127.0.0.1:0"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn prescale floor");
-        let mut flines = BufReader::new(floor_child.stderr.take().unwrap()).lines();
-        let floor_addr = loop {
-            let l = flines.next().expect("floor exited").unwrap();
-            if let Some(i) = l.find("grpc=") {
-                break l[i + 5..].trim().to_string();
-            }
-        };
+        let (mut floor_child, floor_addr) = spawn_prescale(&["floor", "--grpc-addr", "127.0.0.1:0"], &[]);
         println!(
             "grpc_load: {SCALED_OBJECTS} ScaledObjects, {CONCURRENCY} concurrent callers on {CHANNELS} HTTP/2 connections, {SECONDS} s each, loopback, {} cores",
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
@@ -147,21 +156,10 @@ fn main() {
         println!("{:<34} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9}", "server", "calls/s", "p50 µs", "p99 µs", "errors", "p99/floor", "RSS MiB");
         for mode in ["reactive", "predictive"] {
             // The real server, as a separate process, fresh for each mode.
-            let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
-                .args(["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-                .env("RUST_LOG", "warn,prescale=info")
-                .env("NO_COLOR", "1")
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn prescale");
-            let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-            let grpc = loop {
-                let l = lines.next().expect("prescale exited").unwrap();
-                if let Some(i) = l.find("grpc=") {
-                    break l[i + 5..].split_whitespace().next().unwrap().to_string();
-                }
-            };
-            std::thread::spawn(move || for _ in lines {});
+            let (mut child, grpc) = spawn_prescale(
+                &["serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
+                &[("RUST_LOG", "warn,prescale=info"), ("NO_COLOR", "1")],
+            );
             let refs = Arc::new(refs(&amqp, mode));
             // Let every ScaledObject get its first reading before measuring.
             let mut c = ExternalScalerClient::connect(format!("http://{grpc}")).await.unwrap();

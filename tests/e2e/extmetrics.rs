@@ -93,6 +93,16 @@ async fn fake_kube(front_ca_pem: String) -> (u16, tokio::task::JoinHandle<()>) {
     )
 }
 
+/// The HPA controller's identity, as kube-apiserver's front proxy asserts it.
+const HPA_SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+
+/// The front proxy's identity headers for `user` (a service account).
+fn hpa_headers(rb: reqwest::RequestBuilder, user: &str) -> reqwest::RequestBuilder {
+    rb.header("X-Remote-User", user)
+        .header("X-Remote-Group", "system:serviceaccounts")
+        .header("X-Remote-Group", "system:authenticated")
+}
+
 fn client(trust: &str, identity: Option<(&str, &str)>) -> reqwest::Client {
     let mut b = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(trust.as_bytes()).unwrap()])
@@ -164,11 +174,6 @@ async fn external_metrics_api_with_delegated_auth() {
         &[("KUBECONFIG", kubeconfig.as_str())],
     );
     let base = format!("https://localhost:{ext_port}");
-    let hpa_headers = |rb: reqwest::RequestBuilder, user: &str| {
-        rb.header("X-Remote-User", user)
-            .header("X-Remote-Group", "system:serviceaccounts")
-            .header("X-Remote-Group", "system:authenticated")
-    };
     let as_proxy = client(&serving.pem, Some((&proxy.0, &proxy.1)));
     let metric_url = format!(
         "{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/LLAMA-QUEUE?labelSelector=model_name%3Dllama"
@@ -185,10 +190,7 @@ async fn external_metrics_api_with_delegated_auth() {
     let body = eventually(20, "HPA reads 3 replicas", || {
         let (c, u) = (as_proxy.clone(), metric_url.clone());
         async move {
-            let r = hpa_headers(c.get(u), "system:serviceaccount:kube-system:horizontal-pod-autoscaler")
-                .send()
-                .await
-                .ok()?;
+            let r = hpa_headers(c.get(u), HPA_SERVICE_ACCOUNT).send().await.ok()?;
             let v: serde_json::Value = r.json().await.ok()?;
             (v["items"][0]["value"] == "3").then_some(v)
         }
@@ -338,10 +340,7 @@ async fn external_metrics_api_with_delegated_auth() {
     let v = eventually(20, "front proxy authenticated from the ConfigMap's CA", || {
         let (c, u) = (proxy2.clone(), url2.clone());
         async move {
-            let r = hpa_headers(c.get(u), "system:serviceaccount:kube-system:horizontal-pod-autoscaler")
-                .send()
-                .await
-                .ok()?;
+            let r = hpa_headers(c.get(u), HPA_SERVICE_ACCOUNT).send().await.ok()?;
             (r.status() == 200).then_some(())?;
             r.json::<serde_json::Value>().await.ok()
         }
