@@ -7,6 +7,9 @@
 //!
 //! Traces are read from `$PRESCALE_TRACES` (default `../shared/traces` relative to the
 //! workspace root). Run: `cargo bench -p prescale-forecaster --bench scorecard`.
+//!
+//! Other traces are scored by the same rules with `PRESCALE_TRACE_SET=FILE:CAPACITY:SLO[,...]`
+//! (paths relative to `$PRESCALE_TRACES`, or absolute), which replaces the dev set.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -41,6 +44,24 @@ fn traces_dir() -> PathBuf {
     root.join("../shared/traces")
 }
 
+/// The scenarios to score: the dev set, or `PRESCALE_TRACE_SET` (`FILE:CAPACITY:SLO`, comma
+/// separated). A malformed entry is reported and skipped.
+fn trace_set(dir: &std::path::Path) -> Vec<(PathBuf, f64, f64)> {
+    let Ok(spec) = std::env::var("PRESCALE_TRACE_SET") else {
+        return DEV.iter().map(|&(stem, cap, slo)| (dir.join(format!("{stem}.csv")), cap, slo)).collect();
+    };
+    let mut set = Vec::new();
+    for entry in spec.split(',').filter(|e| !e.trim().is_empty()) {
+        let mut it = entry.trim().rsplitn(3, ':');
+        let (slo, cap, file) = (it.next(), it.next(), it.next());
+        match (file, cap.and_then(|c| c.parse::<f64>().ok()), slo.and_then(|s| s.parse::<f64>().ok())) {
+            (Some(f), Some(c), Some(s)) if c > 0.0 && s >= 0.0 => set.push((dir.join(f), c, s)),
+            _ => println!("skip PRESCALE_TRACE_SET entry {entry:?}: expected FILE:CAPACITY:SLO"),
+        }
+    }
+    set
+}
+
 struct Row {
     name: String,
     w: u64,
@@ -62,11 +83,12 @@ fn main() {
     // Debug filters: `PRESCALE_ONLY=<substring of a trace stem>`, `PRESCALE_W=<warm-up>`.
     let only = std::env::var("PRESCALE_ONLY").ok();
     let only_w: Option<u64> = std::env::var("PRESCALE_W").ok().and_then(|v| v.parse().ok());
-    for (stem, cap, slo) in DEV {
+    for (path, cap, slo) in trace_set(&dir) {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let stem = stem.as_str();
         if only.as_deref().is_some_and(|o| !stem.contains(o)) {
             continue;
         }
-        let path = dir.join(format!("{stem}.csv"));
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
@@ -203,23 +225,27 @@ fn main() {
     latency_bench();
 }
 
-/// Robustness: the same 15 scenarios on shifted and scaled copies of the dev traces (drop
-/// the first 2 days of rate series / first 10 min of request logs; rates ×0.3 and ×3 with
+/// Robustness: the same scenarios on shifted and scaled copies of the traces (drop the first
+/// 2 days of multi-day traces / first 10 min of short ones; rates ×0.3 and ×3 with
 /// capacity unchanged). Prints rules 1 and 2 per variant (rule 3 is specific to the
 /// unmodified 14-day trace).
 fn variants(dir: &std::path::Path) {
-    for (label, skip_rate_s, skip_log_s, scale) in
+    // `PRESCALE_VARIANTS=detail` prints every variant scenario.
+    let detail = std::env::var("PRESCALE_VARIANTS").is_ok_and(|v| v == "detail");
+    for (label, skip_long_s, skip_short_s, scale) in
         [("drop-start", 2 * 86400usize, 600usize, 1.0), ("x0.3", 0, 0, 0.3), ("x3", 0, 0, 3.0)]
     {
         let (mut all1, mut pm, mut rm, mut n, mut fails) = (true, 0.0f64, 0.0f64, 0.0f64, Vec::new());
-        for (stem, cap, slo) in DEV {
-            let Ok(text) = std::fs::read_to_string(dir.join(format!("{stem}.csv"))) else {
+        for (path, cap, slo) in trace_set(dir) {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let Ok(text) = std::fs::read_to_string(&path) else {
                 continue;
             };
             let Ok(mut trace) = parse_trace(&text) else {
                 continue;
             };
-            let skip = if stem.starts_with("azure") { skip_log_s } else { skip_rate_s };
+            // Multi-day traces lose their first 2 days, short ones their first 10 minutes.
+            let skip = if trace.arrivals.len() >= 4 * 86400 { skip_long_s } else { skip_short_s };
             trace.arrivals.drain(..skip.min(trace.arrivals.len()));
             for a in trace.arrivals.iter_mut() {
                 *a *= scale;
@@ -240,6 +266,15 @@ fn variants(dir: &std::path::Path) {
                         100.0 * r.score.slo_attainment,
                         r.score.gpu_hours
                     ));
+                }
+                if detail {
+                    println!(
+                        "    {label} {stem:<28} W={w:<3}: pre {:7.3}% {:8.1} GPUh | rea {:7.3}% {:8.1} GPUh",
+                        100.0 * p.score.slo_attainment,
+                        p.score.gpu_hours,
+                        100.0 * r.score.slo_attainment,
+                        r.score.gpu_hours
+                    );
                 }
                 all1 &= ok;
                 pm += 1.0 - p.score.slo_attainment;

@@ -487,6 +487,11 @@ const LEVEL_TAU_S: f64 = 1800.0;
 pub const MISS_PRICE_SERVICE_TIMES: f64 = 150.0;
 /// SLO attainment the planner aims for before it saves money: below it, misses are priced up.
 const ATTAINMENT_TARGET: f64 = 0.995;
+/// ... unless the status quo (the reactive shadow) does better than that: then the aim is
+/// this share of the shadow's recent miss share (prescale's promise: a third of the misses of
+/// KEDA + HPA, never more misses than it), down to `MISS_TARGET_FLOOR`.
+const SHADOW_MISS_SHARE: f64 = 1.0 / 3.0;
+const MISS_TARGET_FLOOR: f64 = 1e-4;
 /// Largest multiple of the base miss price the feedback reaches (then a miss is priced so
 /// high that the choice is, in effect, the fewest misses within the budget).
 const PRICE_GAIN_MAX: f64 = 100.0;
@@ -682,8 +687,7 @@ impl Counterfactual {
         // from 5 minutes to its cap, so a young planner soon stops judging margins by the
         // misses of its own learning phase (when no burst of the current size had been seen)
         // and an old one judges them on the last hours.
-        let hl_s = (CF_SELECT_AGE_SHARE * self.seen_s).clamp(CF_SELECT_MIN_HALF_LIFE_S, CF_SELECT_HALF_LIFE_S);
-        let decay_s = (-dt * std::f64::consts::LN_2 / hl_s).exp();
+        let decay_s = self.select_decay(dt);
         self.mass_s = self.mass_s * decay_s + mass;
         for i in 0..CF_N {
             let c = self.ready[i] as f64 * mu;
@@ -697,11 +701,29 @@ impl Counterfactual {
         }
     }
 
+    /// Decay over `dt` of the selection evidence (half-life: half the counterfactual's age,
+    /// within `CF_SELECT_MIN_HALF_LIFE_S ..= CF_SELECT_HALF_LIFE_S`).
+    fn select_decay(&self, dt: f64) -> f64 {
+        let hl_s = (CF_SELECT_AGE_SHARE * self.seen_s).clamp(CF_SELECT_MIN_HALF_LIFE_S, CF_SELECT_HALF_LIFE_S);
+        (-dt * std::f64::consts::LN_2 / hl_s).exp()
+    }
+
     /// The candidate with the lowest cost + `price` × late mass among those whose cost is
     /// within `budget` (the cheapest if none is); ties go to the smaller margin; the
     /// incumbent `cur` is kept unless another is better by more than 2 % (switching margins
     /// churns the fleet).
-    fn best(&self, price: f64, cur: Option<usize>, budget: f64) -> usize {
+    ///
+    /// `brake` (the status quo's recent spend, when the planner has already spent its budget):
+    /// a candidate must then also not outspend the status quo on the mean of its recent and
+    /// two-day spend ratios. The two-day cost alone says what the candidate would have spent
+    /// had it been followed all along, not what following it from now on adds to what the
+    /// planner has actually spent; the recent ratio alone is myopic, as the status quo spends
+    /// in panics (a burst doubles its fleet for 5 minutes).
+    fn best(&self, price: f64, cur: Option<usize>, budget: f64, brake: Option<f64>) -> usize {
+        let over = |i: usize| {
+            self.cost[i] > budget
+                || brake.is_some_and(|recent| self.cost_s[i] / recent.max(1e-9) + self.cost[i] / budget.max(1e-9) > 2.0)
+        };
         let mut best = None;
         let mut bj = f64::INFINITY;
         let mut cheapest = 0;
@@ -709,7 +731,7 @@ impl Counterfactual {
             if self.cost[i] < self.cost[cheapest] {
                 cheapest = i;
             }
-            if self.cost[i] > budget {
+            if over(i) {
                 continue;
             }
             let j = self.cost_s[i] + price * self.late_s[i];
@@ -722,7 +744,7 @@ impl Counterfactual {
             return cheapest;
         };
         if let Some(c) = cur {
-            if c < CF_N && self.cost[c] <= budget && self.cost_s[c] + price * self.late_s[c] <= bj * 1.02 {
+            if c < CF_N && !over(c) && self.cost_s[c] + price * self.late_s[c] <= bj * 1.02 {
                 return c;
             }
         }
@@ -772,14 +794,21 @@ impl Counterfactual {
     }
 }
 
+/// The recent miss share the planner aims for, given the reactive shadow's recent miss share:
+/// `1 − ATTAINMENT_TARGET`, or a third of the shadow's where that is lower.
+fn miss_target(shadow_miss_share: f64) -> f64 {
+    let s = if shadow_miss_share.is_finite() { shadow_miss_share.max(0.0) } else { 1.0 };
+    (1.0 - ATTAINMENT_TARGET).min(SHADOW_MISS_SHARE * s).max(MISS_TARGET_FLOOR)
+}
+
 /// One step of the miss price's integral feedback: the gain grows while the recent miss share
-/// is above `1 − ATTAINMENT_TARGET` and there is spare budget, and shrinks back towards 1
+/// is above `target` (see [`miss_target`]) and there is spare budget, and shrinks back towards 1
 /// otherwise. Only spare budget is spent this way: near the budget the price returns to its
 /// base, because there the budget decides, and a dearer miss would only tip the choice to
 /// candidates that the planner's own overhead pushes over it.
-fn price_feedback(gain: f64, miss_share: f64, spare_budget: bool) -> f64 {
+fn price_feedback(gain: f64, miss_share: f64, target: f64, spare_budget: bool) -> f64 {
     let r = if spare_budget && miss_share.is_finite() {
-        (miss_share.max(0.0) + 1e-6) / (1.0 - ATTAINMENT_TARGET)
+        (miss_share.max(0.0) + 1e-6) / target.max(MISS_TARGET_FLOOR)
     } else {
         0.1
     };
@@ -805,6 +834,10 @@ struct ReactiveShadow {
     kept: VecDeque<(f64, u32)>,
     cost: f64,
     late: f64,
+    /// Late mass and cost with the counterfactual's selection half-life (the status quo's
+    /// recent misses and spend).
+    late_s: f64,
+    cost_s: f64,
     started: bool,
 }
 
@@ -818,6 +851,8 @@ impl ReactiveShadow {
             kept: VecDeque::new(),
             cost: 0.0,
             late: 0.0,
+            late_s: 0.0,
+            cost_s: 0.0,
             started: false,
         }
     }
@@ -898,7 +933,8 @@ impl ReactiveShadow {
         }
     }
 
-    fn observe(&mut self, t0: f64, dt: f64, mass: f64, mu: f64, slo: f64, decay: f64) {
+    #[allow(clippy::too_many_arguments)]
+    fn observe(&mut self, t0: f64, dt: f64, mass: f64, mu: f64, slo: f64, decay: f64, decay_s: f64) {
         if !self.started {
             return;
         }
@@ -916,6 +952,8 @@ impl ReactiveShadow {
         let late = if self.backlog > c * slo + 1e-9 { mass } else { 0.0 };
         self.cost = self.cost * decay + n * dt;
         self.late = self.late * decay + late;
+        self.late_s = self.late_s * decay_s + late;
+        self.cost_s = self.cost_s * decay_s + n * dt;
     }
 }
 
@@ -1162,7 +1200,8 @@ impl Planner {
         let mu = self.cfg.capacity;
         self.cf.observe(t_s - dt, dt, mass, self.w, mu, self.cfg.slo_s);
         let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
-        self.shadow.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay);
+        let decay_s = self.cf.select_decay(dt);
+        self.shadow.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay, decay_s);
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
             let mut followed =
@@ -1608,7 +1647,8 @@ impl Planner {
             if self.cf.mass_s > 0.0 {
                 let miss = self.cf.late_s[c] / self.cf.mass_s;
                 let spare = self.own_cost < PRICE_FEEDBACK_SPEND_SHARE * self.shadow.cost;
-                self.price_gain = price_feedback(self.price_gain, miss, spare);
+                let target = miss_target(self.shadow.late_s / self.cf.mass_s);
+                self.price_gain = price_feedback(self.price_gain, miss, target, spare);
             }
         }
         let price = self.price_gain * MISS_PRICE_SERVICE_TIMES / self.cfg.capacity;
@@ -1626,7 +1666,9 @@ impl Planner {
         let overhead =
             if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(0.8, 2.0) } else { 1.0 };
         let budget = self.budget_gain * self.shadow.cost / overhead;
-        let i = self.cf.best(price, self.cand_idx, budget);
+        // Spent: from here on a candidate must not outspend the status quo (see `best`).
+        let brake = (self.own_cost > BUDGET_SETPOINT * self.shadow.cost).then(|| self.shadow.cost_s / overhead);
+        let i = self.cf.best(price, self.cand_idx, budget, brake);
         self.cand_idx = Some(i);
         // Mixing spends the headroom left under the budget, so it waits until the budget
         // itself is settled: a few hours of counterfactual evidence (a quarter half-life).
@@ -1709,8 +1751,12 @@ impl Planner {
             // Ski-rental break-even: a replica released now and needed again within W costs
             // more than keeping it, so without exact knowledge of the future (no grid) hold
             // the largest need of the last W seconds. Between grid change points the future
-            // is known and no hold is needed; a standing level is its own hold.
-            let hold_s = if self.grid.period().is_some() || cand.level > 0 { 0.0 } else { self.w };
+            // is known and no hold is needed; a standing level is its own hold. Nor is there a
+            // hold once the budget is spent: the hold is not in the candidates' counterfactual
+            // cost (a small fleet at W = 420 pays ~10 % for it), and from here on the planner
+            // may spend only what the candidate it follows spends.
+            let spent = self.own_cost > BUDGET_SETPOINT * self.shadow.cost;
+            let hold_s = if self.grid.period().is_some() || cand.level > 0 || spent { 0.0 } else { self.w };
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
                     self.recent_need.pop_front();
@@ -1914,9 +1960,33 @@ mod tests {
         assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
         // ...but the margin is chosen on the last hours: A, the cheaper fleet that has served
         // the recent traffic in time. (The empty fleets are late all along.)
-        assert_eq!(cf.best(price, None, f64::INFINITY), a);
+        assert_eq!(cf.best(price, None, f64::INFINITY, None), a);
         // A budget below A's two-day spend still rules it out.
-        assert_ne!(cf.best(price, None, cf.cost[a] * 0.99), a);
+        assert_ne!(cf.best(price, None, cf.cost[a] * 0.99, None), a);
+    }
+
+    #[test]
+    fn a_spent_budget_rules_out_candidates_that_outspend_the_status_quo_from_now_on() {
+        // Two candidates and the shadow of the status quo, all priced by hand: A spent little
+        // long ago and much lately (a cheap start, then a costly margin), B the reverse.
+        let mut cf = Counterfactual::new();
+        let (a, b) = (3, 7);
+        for i in 0..CF_N {
+            cf.cost[i] = 1e9;
+            cf.cost_s[i] = 1e9;
+            cf.late_s[i] = 0.0;
+        }
+        (cf.cost[a], cf.cost_s[a], cf.late_s[a]) = (60_000.0, 9_000.0, 0.0);
+        (cf.cost[b], cf.cost_s[b], cf.late_s[b]) = (90_000.0, 6_500.0, 20.0);
+        let (budget, shadow_recent) = (100_000.0, 6_000.0);
+        let price = 150.0;
+        // Within budget, A wins: fewer misses, and its two-day spend is the lower.
+        assert_eq!(cf.best(price, None, budget, None), a);
+        // Spent: A's recent spend is 1.5× the status quo's (mean ratio (1.5 + 0.6) / 2 > 1),
+        // so following it from now on would overspend; B's (1.08 + 0.9) / 2 ≤ 1 passes.
+        assert_eq!(cf.best(price, None, budget, Some(shadow_recent)), b);
+        // The incumbent is no exception.
+        assert_eq!(cf.best(price, Some(a), budget, Some(shadow_recent)), b);
     }
 
     #[test]
@@ -1930,7 +2000,7 @@ mod tests {
         // would still outweigh B's 4 extra replicas for an hour...
         assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
         // ...but an hour-old planner judges on about its last half hour: A.
-        assert_eq!(cf.best(price, None, f64::INFINITY), a);
+        assert_eq!(cf.best(price, None, f64::INFINITY, None), a);
     }
 
     #[test]
@@ -2010,31 +2080,55 @@ mod tests {
     }
 
     #[test]
+    fn miss_target_is_the_lower_of_the_fixed_aim_and_a_third_of_the_status_quos() {
+        // The status quo misses 3 %: the fixed 0.5 % aim stands.
+        assert_eq!(miss_target(0.03), 1.0 - ATTAINMENT_TARGET);
+        // It misses 0.3 %: the aim tightens to 0.1 %, so 99.8 % attainment (0.2 % missed),
+        // which the fixed aim would call good enough, now raises the price on spare budget.
+        let t = miss_target(0.003);
+        assert!((t - 0.001).abs() < 1e-12, "{t}");
+        let mut g = 1.0;
+        for _ in 0..100 {
+            g = price_feedback(g, 0.002, t, true);
+        }
+        assert!(g > 1.5, "{g}");
+        let mut f = 1.0;
+        for _ in 0..100 {
+            f = price_feedback(f, 0.002, miss_target(0.03), true);
+        }
+        assert_eq!(f, 1.0);
+        // A perfect status quo: the floor, not zero; garbage reads as no evidence of a better one.
+        assert_eq!(miss_target(0.0), MISS_TARGET_FLOOR);
+        assert_eq!(miss_target(f64::NAN), 1.0 - ATTAINMENT_TARGET);
+        assert_eq!(miss_target(-1.0), MISS_TARGET_FLOOR);
+    }
+
+    #[test]
     fn miss_price_rises_only_on_spare_budget_and_falls_back() {
         // Misses above the target with spare budget: the price climbs, boundedly.
         let mut g = 1.0;
         for _ in 0..50 {
-            g = price_feedback(g, 0.05, true);
+            g = price_feedback(g, 0.05, 0.005, true);
         }
         assert!(g > 1.5, "{g}");
         for _ in 0..10_000 {
-            g = price_feedback(g, 0.05, true);
+            g = price_feedback(g, 0.05, 0.005, true);
         }
         assert_eq!(g, PRICE_GAIN_MAX);
         // Near the budget it returns to the base price, however bad the misses.
         let mut h = g;
         for _ in 0..2000 {
-            h = price_feedback(h, 0.5, false);
+            h = price_feedback(h, 0.5, 0.005, false);
         }
         assert_eq!(h, 1.0);
         // The target met: it falls back too, and never below the base price.
         let mut m = g;
         for _ in 0..2000 {
-            m = price_feedback(m, 0.0, true);
+            m = price_feedback(m, 0.0, 0.005, true);
         }
         assert_eq!(m, 1.0);
-        assert_eq!(price_feedback(1.0, f64::NAN, true), 1.0);
-        assert_eq!(price_feedback(f64::INFINITY, 0.0, true), 1.0);
+        assert_eq!(price_feedback(1.0, f64::NAN, 0.005, true), 1.0);
+        assert_eq!(price_feedback(f64::INFINITY, 0.0, 0.005, true), 1.0);
     }
 
     #[test]
