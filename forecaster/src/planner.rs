@@ -260,6 +260,28 @@ pub struct IdleStats {
     pub expected_idle_s: Option<f64>,
 }
 
+/// The planner's spend against its budget, the KEDA + HPA shadow (for a /debug page: why the
+/// planner holds back, or why it spends).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStats {
+    /// Replica-seconds the planner's own answers cost (two-day half-life).
+    pub own_replica_seconds: f64,
+    /// Replica-seconds today's KEDA + HPA would have cost on the same arrivals (same decay).
+    pub shadow_replica_seconds: f64,
+    /// Recent share of requests the shadow served late, and the margin the planner follows.
+    pub shadow_recent_miss_share: Option<f64>,
+    pub followed_recent_miss_share: Option<f64>,
+    /// The budget's integral feedback (1 = the full shadow spend) and the miss price's
+    /// multiple of its base.
+    pub budget_gain: f64,
+    pub miss_price_gain: f64,
+    /// The budget is spent: margins that would outspend the shadow from now on are ruled out
+    /// and the scale-in hold is off.
+    pub spent: bool,
+    /// The safety margin followed, e.g. `forecast q0.99, wake at p≥0.30`.
+    pub margin: Option<String>,
+}
+
 /// Serializable state for a /debug page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -273,6 +295,7 @@ pub struct Snapshot {
     pub ratio_quantiles: [Option<f64>; 3],
     pub grid_period_s: Option<f64>,
     pub idle: IdleStats,
+    pub budget: BudgetStats,
     pub heap_bytes: usize,
 }
 
@@ -540,6 +563,26 @@ impl Cand {
             Cand { q: i / nw, wake: i % nw, level: 0 }
         } else {
             Cand { q: 0, wake: 0, level: (i - nf + 1).min(CF_LEVELS.len() - 1 + CF_PEAKS.len()) }
+        }
+    }
+}
+
+impl fmt::Display for Cand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.level == 0 {
+            write!(f, "forecast q{}", CF_QS[self.q])?;
+            match CF_WAKES[self.wake] {
+                p if p.is_finite() => {
+                    let at = if self.wake >= CF_WAKE_HI_FROM { "q0.9" } else { "median" };
+                    write!(f, ", wake at p≥{p} with the {at} wake-up demand")
+                }
+                _ => write!(f, ", no wake ahead of arrivals"),
+            }
+        } else if self.level < CF_LEVELS.len() {
+            write!(f, "standing level {}× the 30-min mean rate", CF_LEVELS[self.level])
+        } else {
+            let (k, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
+            write!(f, "standing level {k}× the peak demand (half-life {} min)", PEAK_HALF_LIVES_S[h] / 60.0)
         }
     }
 }
@@ -1667,7 +1710,7 @@ impl Planner {
             if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(0.8, 2.0) } else { 1.0 };
         let budget = self.budget_gain * self.shadow.cost / overhead;
         // Spent: from here on a candidate must not outspend the status quo (see `best`).
-        let brake = (self.own_cost > BUDGET_SETPOINT * self.shadow.cost).then(|| self.shadow.cost_s / overhead);
+        let brake = self.spent().then(|| self.shadow.cost_s / overhead);
         let i = self.cf.best(price, self.cand_idx, budget, brake);
         self.cand_idx = Some(i);
         // Mixing spends the headroom left under the budget, so it waits until the budget
@@ -1755,8 +1798,7 @@ impl Planner {
             // hold once the budget is spent: the hold is not in the candidates' counterfactual
             // cost (a small fleet at W = 420 pays ~10 % for it), and from here on the planner
             // may spend only what the candidate it follows spends.
-            let spent = self.own_cost > BUDGET_SETPOINT * self.shadow.cost;
-            let hold_s = if self.grid.period().is_some() || cand.level > 0 || spent { 0.0 } else { self.w };
+            let hold_s = if self.grid.period().is_some() || cand.level > 0 || self.spent() { 0.0 } else { self.w };
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
                     self.recent_need.pop_front();
@@ -1834,6 +1876,26 @@ impl Planner {
         Decision { desired, reason, forecast: fc }
     }
 
+    /// Whether the planner has spent its budget (see [`Counterfactual::best`]).
+    fn spent(&self) -> bool {
+        self.own_cost > BUDGET_SETPOINT * self.shadow.cost
+    }
+
+    fn budget_stats(&self) -> BudgetStats {
+        let share = |late: f64| (self.cf.mass_s > 0.0).then(|| late / self.cf.mass_s);
+        let followed = self.cand_idx.filter(|&i| i < CF_N);
+        BudgetStats {
+            own_replica_seconds: self.own_cost,
+            shadow_replica_seconds: self.shadow.cost,
+            shadow_recent_miss_share: share(self.shadow.late_s),
+            followed_recent_miss_share: followed.and_then(|i| share(self.cf.late_s[i])),
+            budget_gain: self.budget_gain,
+            miss_price_gain: self.price_gain,
+            spent: self.spent(),
+            margin: followed.map(|i| Cand::from_index(i).to_string()),
+        }
+    }
+
     /// Serializable state for a debug page.
     pub fn snapshot(&self) -> Snapshot {
         let t = self.last_t;
@@ -1861,6 +1923,7 @@ impl Planner {
                 p_arrival_within_w: self.p_arrival(tt),
                 expected_idle_s: self.idle.hist.expected_remaining(tau),
             },
+            budget: self.budget_stats(),
             heap_bytes: self.approx_heap_bytes(),
         }
     }
@@ -1919,9 +1982,12 @@ mod tests {
     #[test]
     fn candidate_indices_are_distinct_and_cover_all_margins() {
         let mut seen = std::collections::HashSet::new();
+        let mut names = std::collections::HashSet::new();
         for i in 0..CF_N {
             let c = Cand::from_index(i);
             assert!(seen.insert((c.q, c.wake, c.level)), "duplicate {c:?}");
+            // The /debug page names each margin distinctly.
+            assert!(names.insert(c.to_string()), "duplicate name {c}");
             assert!(c.q < CF_QS.len() && c.wake < CF_WAKES.len());
             assert!(c.level < CF_LEVELS.len() + CF_PEAKS.len());
         }

@@ -2,7 +2,7 @@
 //! through the simulator, and no panic on arbitrary input.
 
 use prescale_forecaster::planner::{Planner, PlannerConfig, Reason, WarmupDist};
-use prescale_forecaster::{scenario_defaults, simulate, trace_from_rates, PrescalePolicy};
+use prescale_forecaster::{scenario_defaults, simulate, trace_from_rates, PrescalePolicy, ReactivePolicy};
 use proptest::prelude::*;
 
 const DAY: f64 = 86400.0;
@@ -158,6 +158,48 @@ fn causal_through_the_simulator() {
         let got: Vec<_> = b.plan.iter().collect();
         assert_eq!(upto, got, "plan differs when the trace is cut at {cut}");
     }
+}
+
+#[test]
+fn the_debug_budget_is_what_the_replay_charges() {
+    // Two hours of a noisy rate with a swell, per-minute windows, W = 180 s: the snapshot's
+    // budget figures must be the replica-seconds the REPLAY.md simulator charges prescale and
+    // the reactive reference on the same trace (the shadow is that reference, replayed online;
+    // two hours of a two-day half-life decay them by under 3 %).
+    let rates: Vec<f64> = (0..120)
+        .map(|k| {
+            let swell = if (40..70).contains(&k) { 2.0 } else { 1.0 };
+            (3.0 * swell + 1.5 * noise(k as u64 + 7)).max(0.0)
+        })
+        .collect();
+    let trace = trace_from_rates(60, &rates);
+    let sc = scenario_defaults(&trace, 0.5, 180, 5.0, 15, 0, None, None);
+    let mut pre = PrescalePolicy::new(&sc).unwrap();
+    let p = simulate(&trace, &sc, &mut pre, None);
+    let mut rea = ReactivePolicy::new(&sc);
+    let r = simulate(&trace, &sc, &mut rea, None);
+    let b = pre.planner().snapshot().budget;
+    let near = |got: f64, want: f64| got <= want * 1.001 && got >= want * 0.97;
+    assert!(
+        near(b.own_replica_seconds, p.score.replica_seconds),
+        "own {} vs {}",
+        b.own_replica_seconds,
+        p.score.replica_seconds
+    );
+    assert!(
+        near(b.shadow_replica_seconds, r.score.replica_seconds),
+        "shadow {} vs reactive {}",
+        b.shadow_replica_seconds,
+        r.score.replica_seconds
+    );
+    assert_eq!(b.spent, b.own_replica_seconds > 0.99 * b.shadow_replica_seconds);
+    let margin = b.margin.expect("a margin is followed after two hours");
+    assert!(margin.starts_with("forecast q") || margin.starts_with("standing level"), "{margin}");
+    let shadow_miss = b.shadow_recent_miss_share.expect("arrivals seen");
+    assert!((0.0..=1.0).contains(&shadow_miss));
+    // The /debug page serialises it.
+    let json = serde_json::to_value(pre.planner().snapshot()).unwrap();
+    assert!(json["budget"]["shadow_replica_seconds"].as_f64().unwrap() > 0.0, "{}", json["budget"]);
 }
 
 #[test]

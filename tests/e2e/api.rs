@@ -178,5 +178,8 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     assert_eq!(code, 200);
     let one: serde_json::Value = serde_json::from_str(&one).unwrap();
     assert!(one["triggers"][0]["planner"].is_object(), "{one}");
+    // ...and its spend against the KEDA + HPA shadow (the budget that holds it back).
+    let budget = &one["triggers"][0]["planner"]["budget"];
+    assert!(budget["shadow_replica_seconds"].is_number() && budget["spent"].is_boolean(), "{one}");
     assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
 }
