@@ -278,7 +278,8 @@ pub struct BudgetStats {
     /// The budget is spent: margins that would outspend the shadow from now on are ruled out
     /// and the scale-in hold is off.
     pub spent: bool,
-    /// The safety margin followed, e.g. `forecast q0.99, wake at p≥0.30`.
+    /// The safety margin followed, e.g. `forecast q0.99, wake at p≥0.3 with the median
+    /// wake-up demand` or `standing level 0.75× the peak demand (half-life 60 min)`.
     pub margin: Option<String>,
 }
 
