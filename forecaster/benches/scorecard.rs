@@ -44,18 +44,33 @@ fn traces_dir() -> PathBuf {
     root.join("../shared/traces")
 }
 
+/// One trace to score: its file, the name it is reported under (the file stem), μ and SLO.
+struct TraceSpec {
+    path: PathBuf,
+    stem: String,
+    capacity: f64,
+    slo: f64,
+}
+
+impl TraceSpec {
+    fn new(path: PathBuf, capacity: f64, slo: f64) -> Self {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        TraceSpec { path, stem, capacity, slo }
+    }
+}
+
 /// The scenarios to score: the dev set, or `PRESCALE_TRACE_SET` (`FILE:CAPACITY:SLO`, comma
 /// separated). A malformed entry is reported and skipped.
-fn trace_set(dir: &std::path::Path) -> Vec<(PathBuf, f64, f64)> {
+fn trace_set(dir: &std::path::Path) -> Vec<TraceSpec> {
     let Ok(spec) = std::env::var("PRESCALE_TRACE_SET") else {
-        return DEV.iter().map(|&(stem, cap, slo)| (dir.join(format!("{stem}.csv")), cap, slo)).collect();
+        return DEV.iter().map(|&(stem, cap, slo)| TraceSpec::new(dir.join(format!("{stem}.csv")), cap, slo)).collect();
     };
     let mut set = Vec::new();
     for entry in spec.split(',').filter(|e| !e.trim().is_empty()) {
         let mut it = entry.trim().rsplitn(3, ':');
         let (slo, cap, file) = (it.next(), it.next(), it.next());
         match (file, cap.and_then(|c| c.parse::<f64>().ok()), slo.and_then(|s| s.parse::<f64>().ok())) {
-            (Some(f), Some(c), Some(s)) if c > 0.0 && s >= 0.0 => set.push((dir.join(f), c, s)),
+            (Some(f), Some(c), Some(s)) if c > 0.0 && s >= 0.0 => set.push(TraceSpec::new(dir.join(f), c, s)),
             _ => println!("skip PRESCALE_TRACE_SET entry {entry:?}: expected FILE:CAPACITY:SLO"),
         }
     }
@@ -83,8 +98,7 @@ fn main() {
     // Debug filters: `PRESCALE_ONLY=<substring of a trace stem>`, `PRESCALE_W=<warm-up>`.
     let only = std::env::var("PRESCALE_ONLY").ok();
     let only_w: Option<u64> = std::env::var("PRESCALE_W").ok().and_then(|v| v.parse().ok());
-    for (path, cap, slo) in trace_set(&dir) {
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    for TraceSpec { path, stem, capacity: cap, slo } in trace_set(&dir) {
         let stem = stem.as_str();
         if only.as_deref().is_some_and(|o| !stem.contains(o)) {
             continue;
@@ -236,8 +250,7 @@ fn variants(dir: &std::path::Path) {
         [("drop-start", 2 * 86400usize, 600usize, 1.0), ("x0.3", 0, 0, 0.3), ("x3", 0, 0, 3.0)]
     {
         let (mut all1, mut pm, mut rm, mut n, mut fails) = (true, 0.0f64, 0.0f64, 0.0f64, Vec::new());
-        for (path, cap, slo) in trace_set(dir) {
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        for TraceSpec { path, stem, capacity: cap, slo } in trace_set(dir) {
             let Ok(text) = std::fs::read_to_string(&path) else {
                 continue;
             };

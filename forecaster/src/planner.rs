@@ -745,6 +745,12 @@ impl Counterfactual {
         }
     }
 
+    /// `late` (late mass with the selection half-life: a candidate's or the shadow's) as a
+    /// share of the arrivals over the same evidence; `None` before any arrival.
+    fn recent_share(&self, late: f64) -> Option<f64> {
+        (self.mass_s > 0.0).then(|| late / self.mass_s)
+    }
+
     /// Decay over `dt` of the selection evidence (half-life: half the counterfactual's age,
     /// within `CF_SELECT_MIN_HALF_LIFE_S ..= CF_SELECT_HALF_LIFE_S`).
     fn select_decay(&self, dt: f64) -> f64 {
@@ -1688,11 +1694,11 @@ impl Planner {
         // attainment target, a late request is priced higher (integral feedback, like the
         // budget's), so spare budget is spent on attainment; back to the base price when met.
         if let Some(c) = self.cand_idx {
-            if self.cf.mass_s > 0.0 {
-                let miss = self.cf.late_s[c] / self.cf.mass_s;
+            if let (Some(miss), Some(shadow_miss)) =
+                (self.cf.recent_share(self.cf.late_s[c]), self.cf.recent_share(self.shadow.late_s))
+            {
                 let spare = self.own_cost < PRICE_FEEDBACK_SPEND_SHARE * self.shadow.cost;
-                let target = miss_target(self.shadow.late_s / self.cf.mass_s);
-                self.price_gain = price_feedback(self.price_gain, miss, target, spare);
+                self.price_gain = price_feedback(self.price_gain, miss, miss_target(shadow_miss), spare);
             }
         }
         let price = self.price_gain * MISS_PRICE_SERVICE_TIMES / self.cfg.capacity;
@@ -1883,13 +1889,12 @@ impl Planner {
     }
 
     fn budget_stats(&self) -> BudgetStats {
-        let share = |late: f64| (self.cf.mass_s > 0.0).then(|| late / self.cf.mass_s);
         let followed = self.cand_idx.filter(|&i| i < CF_N);
         BudgetStats {
             own_replica_seconds: self.own_cost,
             shadow_replica_seconds: self.shadow.cost,
-            shadow_recent_miss_share: share(self.shadow.late_s),
-            followed_recent_miss_share: followed.and_then(|i| share(self.cf.late_s[i])),
+            shadow_recent_miss_share: self.cf.recent_share(self.shadow.late_s),
+            followed_recent_miss_share: followed.and_then(|i| self.cf.recent_share(self.cf.late_s[i])),
             budget_gain: self.budget_gain,
             miss_price_gain: self.price_gain,
             spent: self.spent(),
