@@ -361,7 +361,8 @@ fn score_delays(arrivals: &[f64], delays: &[Option<u64>], slo: f64) -> Score {
     let total = finite + infinite;
     let (attainment, p50, p99) = if total > 0.0 {
         let within: f64 = hist.iter().enumerate().take_while(|(d, _)| (*d as f64) <= slo).map(|(_, m)| m).sum();
-        ((within / total).clamp(0.0, 1.0), quantile(&hist, total, 0.50), quantile(&hist, total, 0.99))
+        // `+ 0.0`: an empty float sum is −0.0, which would print as "-0.000%" and "-0.0".
+        ((within / total).clamp(0.0, 1.0) + 0.0, quantile(&hist, total, 0.50), quantile(&hist, total, 0.99))
     } else {
         (1.0, 0.0, 0.0)
     };
@@ -629,6 +630,7 @@ mod tests {
         let mut p = PlanPolicy::new(1, vec![1, 1, 1]);
         let r = simulate(&t, &sc, &mut p, None);
         assert_eq!(r.score.slo_attainment, 0.0);
+        assert!(r.score.slo_attainment.is_sign_positive(), "prints as -0.000%");
         assert_eq!(r.score.p50_delay_s, f64::INFINITY);
         assert_eq!(r.score.queued_at_end, 2.0);
         assert_eq!(finite(r.score.p99_delay_s), None);

@@ -191,7 +191,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Keys => {
-            print!("{}", crate::config::markdown_table());
+            emit(&crate::config::markdown_table())?;
             Ok(0)
         }
         Command::Check(a) => {
@@ -288,14 +288,30 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
         progress: true,
     };
     let r = replay::replay(&trace, &name, &opts)?;
-    print!("{}", replay::scorecard(&r.summary));
+    emit(&replay::scorecard(&r.summary))?;
     replay::write_outputs(&r, &opts)?;
     for (what, p) in [("plan", &opts.plan_out), ("summary", &opts.summary_out), ("chart", &opts.chart)] {
         if let Some(p) = p {
-            println!("wrote {what}: {}", p.display());
+            emit(&format!("wrote {what}: {}\n", p.display()))?;
         }
     }
     Ok(0)
+}
+
+/// Writes `text` to stdout. A reader that has gone (`prescale replay | head -3`) is not an
+/// error: it has what it wanted, so the rest is dropped quietly, and the files the command
+/// writes are still written. (`print!` panics on a closed pipe.)
+fn emit(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    quiet_broken_pipe(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+fn quiet_broken_pipe(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
 }
 
 fn print_checked(checked: &[crate::check::Checked]) -> std::io::Result<()> {

@@ -99,6 +99,31 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
 }
 
 #[test]
+fn replay_into_a_closed_pipe_exits_quietly_and_still_writes_its_files() {
+    // `prescale replay ... | head -3`: the reader goes before the scorecard is printed.
+    let dir = std::env::temp_dir().join(unique("prescale-replay-pipe"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.csv");
+    std::fs::write(&trace, request_log()).unwrap();
+    let summary = dir.join("summary.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
+        .args(["replay", "--trace", trace.to_str().unwrap(), "--capacity", "0.5", "--warmup", "60", "--slo", "5"])
+        .args(["--summary-out", summary.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run prescale");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for prescale");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert!(json["slo_attainment"].as_f64().is_some(), "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn replay_rejects_bad_input_clearly() {
     let dir = std::env::temp_dir().join(unique("prescale-replay-bad"));
     std::fs::create_dir_all(&dir).unwrap();
