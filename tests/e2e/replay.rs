@@ -31,12 +31,18 @@ fn request_log() -> String {
     s
 }
 
-#[test]
-fn replay_a_trace_file_writes_plan_summary_and_chart() {
-    let dir = std::env::temp_dir().join(unique("prescale-replay"));
+/// A fresh directory holding [`request_log`] as `trace.csv`: (directory, trace path).
+fn scratch_request_log(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(unique(tag));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("trace.csv");
     std::fs::write(&trace, request_log()).unwrap();
+    (dir, trace)
+}
+
+#[test]
+fn replay_a_trace_file_writes_plan_summary_and_chart() {
+    let (dir, trace) = scratch_request_log("prescale-replay");
     let (plan, summary, chart) = (dir.join("plan.csv"), dir.join("summary.json"), dir.join("chart.svg"));
     let (ok, out, err) = prescale(&[
         "replay",
@@ -101,10 +107,7 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
 #[test]
 fn replay_into_a_closed_pipe_exits_quietly_and_still_writes_its_files() {
     // `prescale replay ... | head -3`: the reader goes before the scorecard is printed.
-    let dir = std::env::temp_dir().join(unique("prescale-replay-pipe"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("trace.csv");
-    std::fs::write(&trace, request_log()).unwrap();
+    let (dir, trace) = scratch_request_log("prescale-replay-pipe");
     let summary = dir.join("summary.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_prescale"))
         .args(["replay", "--trace", trace.to_str().unwrap(), "--capacity", "0.5", "--warmup", "60", "--slo", "5"])
