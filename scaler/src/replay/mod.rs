@@ -44,15 +44,17 @@ pub struct ReplayOptions {
     pub progress: bool,
 }
 
+/// The variants that wrap an error name the step that failed and leave the detail to the
+/// source chain (anyhow prints it as "Caused by"), so no line is printed twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("trace: {0}")]
+    #[error("not a valid trace")]
     Trace(#[from] prescale_forecaster::TraceError),
     #[error("scenario: {0}")]
     Scenario(String),
-    #[error("planner: {0}")]
+    #[error("invalid planner settings")]
     Planner(#[from] prescale_forecaster::planner::PlannerError),
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Write { path: String, source: std::io::Error },
     #[error("chart: {0}")]
     Chart(String),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prescale_forecaster::trace::try_trace_from_rates;
+use prescale_forecaster::trace::{try_trace_from_rates, MAX_TRACE_SECONDS};
 use prescale_forecaster::Trace;
 
 /// Prometheus refuses more than 11,000 points per series; stay well under.
@@ -60,8 +60,13 @@ pub async fn fetch(client: &reqwest::Client, q: &RangeQuery) -> Result<(Trace, u
     if q.end <= q.start {
         return Err(format!("--end ({}) must be after --start ({})", q.end, q.start));
     }
+    let span = q.end.abs_diff(q.start);
+    if span > MAX_TRACE_SECONDS {
+        // Checked before anything is fetched or allocated (one slot per step).
+        return Err(format!("--start..--end spans {span} s; a replay covers at most {MAX_TRACE_SECONDS} s (366 days)"));
+    }
     let step = q.step_s.max(1);
-    let n = ((q.end - q.start) as u64 / step) as usize + 1;
+    let n = (span / step) as usize + 1;
     let mut values: Vec<Option<f64>> = vec![None; n];
     for (s, e) in chunks(q.start, q.end, step) {
         let url = format!("{}/api/v1/query_range", q.server.trim_end_matches('/'));
@@ -136,6 +141,23 @@ mod tests {
             assert!((e - s) / 15 < MAX_POINTS_PER_QUERY as i64);
         }
         assert_eq!(chunks(10, 10, 15), vec![(10, 10)]);
+    }
+
+    #[tokio::test]
+    async fn a_range_longer_than_a_replay_is_refused_before_any_request() {
+        // Port 1 refuses connections: reaching it would be a different error.
+        let q = RangeQuery {
+            server: "http://127.0.0.1:1".into(),
+            query: "up".into(),
+            start: 0,
+            end: 1_700_000_000,
+            step_s: 1,
+        };
+        let err = fetch(&reqwest::Client::new(), &q).await.unwrap_err();
+        assert!(err.contains("366 days"), "{err}");
+        let q = RangeQuery { end: 3600, ..q };
+        let err = fetch(&reqwest::Client::new(), &q).await.unwrap_err();
+        assert!(!err.contains("366 days"), "an hour is fine: {err}");
     }
 
     #[test]
