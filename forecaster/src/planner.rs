@@ -908,7 +908,7 @@ impl ReactiveShadow {
     }
 
     fn n(&self) -> u32 {
-        self.ready.saturating_add(self.warming.iter().map(|x| x.1).sum::<u32>())
+        self.warming.iter().fold(self.ready, |n, x| n.saturating_add(x.1))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -941,7 +941,7 @@ impl ReactiveShadow {
             self.kept.clear();
             0
         } else {
-            let raw = raw.max(1).min((2 * cur).max(cur + 4));
+            let raw = raw.max(1).min(cur.saturating_mul(2).max(cur.saturating_add(4)));
             self.kept.push_back((t, raw));
             while self.kept.front().is_some_and(|&(s, _)| s + REACTIVE_HOLD_S <= t) {
                 self.kept.pop_front();
@@ -2226,6 +2226,19 @@ mod tests {
         let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
         cfg.max_replicas = 100;
         Planner::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn a_handed_fleet_of_u32_max_replicas_does_not_overflow() {
+        // The replay hands the planner its initial fleet, which REPLAY.md does not bound by
+        // max_replicas; the KEDA + HPA shadow starts from it and doubles it.
+        let mut p = planner(60.0);
+        for k in 0..80 {
+            let t = f64::from(k) * 15.0;
+            p.observe(t + 15.0, 15.0, 30.0, 0.0);
+            let d = p.plan(t + 15.0, u32::MAX, u32::MAX);
+            assert!(d.desired <= 100, "{}", d.desired);
+        }
     }
 
     #[test]

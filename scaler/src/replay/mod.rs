@@ -205,15 +205,25 @@ fn progress_bar(name: &str) -> indicatif::ProgressBar {
     b
 }
 
+/// `x` as written on the command line when it is of everyday size, in scientific notation
+/// otherwise (`{}` writes 1e-300 as 300 digits).
+fn short_num(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 /// The scorecard as a text table.
 pub fn scorecard(s: &Summary) -> String {
     let mut out = format!(
         "trace {} ({:.1} h) · capacity {} req/s · warm-up {} s · SLO {} s · interval {} s · replicas {}..{} (initial {})\n",
         s.trace,
         s.trace_seconds as f64 / 3600.0,
-        s.scenario.capacity,
+        short_num(s.scenario.capacity),
         s.scenario.warmup,
-        s.scenario.slo,
+        short_num(s.scenario.slo),
         s.scenario.interval,
         s.scenario.min_replicas,
         s.scenario.max_replicas,
@@ -261,4 +271,18 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
 /// Parse a trace file's text.
 pub fn load_trace(text: &str) -> Result<Trace, ReplayError> {
     Ok(parse_trace(text)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_num;
+
+    #[test]
+    fn scorecard_numbers_stay_short() {
+        assert_eq!(short_num(25.0), "25");
+        assert_eq!(short_num(0.25), "0.25");
+        assert_eq!(short_num(0.0), "0");
+        assert_eq!(short_num(1e-300), "1e-300");
+        assert_eq!(short_num(2.5e12), "2.5e12");
+    }
 }
