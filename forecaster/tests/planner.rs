@@ -225,7 +225,7 @@ proptest! {
             (prop_oneof![Just(f64::NAN), Just(-1.0), Just(f64::INFINITY), 0.0f64..1e4],
              prop_oneof![Just(f64::NAN), Just(-3.0), 0.0f64..30.0],
              prop_oneof![Just(f64::NAN), Just(-7.0), 0.0f64..1e5],
-             0u32..50, 0u32..50, any::<bool>()),
+             prop_oneof![0u32..50, Just(u32::MAX)], prop_oneof![0u32..50, Just(u32::MAX)], any::<bool>()),
             1..300),
         min in 0u32..5, extra in 0u32..40, w in 0.0f64..1200.0, cap in 0.01f64..100.0,
     ) {
