@@ -600,7 +600,10 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
             k * s.peak[h]
         };
         // A level decayed to crumbs is no reason to keep a replica.
-        return if v < eps { 0.0 } else { v };
+        let v = if v < eps { 0.0 } else { v };
+        // On a grid the current window's rate holds until its change point: a level below it
+        // would shed ready replicas that are short from now until then.
+        return if s.regime == Regime::GridChange { v.max(s.current) } else { v };
     }
     match s.regime {
         Regime::GridSteady => s.current,
@@ -1675,8 +1678,19 @@ impl Planner {
             wake_rate: wake_at(0.9),
             wake_rate_lo: wake_at(0.5),
             level: self.slow_level(),
-            rate: self.rate_1m,
+            rate: self.shortfall_rate(),
             peak: self.peak,
+        }
+    }
+
+    /// The arrival rate a backlog is projected with: on a grid the current window's rate is
+    /// known exactly and holds until the change point (the 1-minute mean lags a step by a
+    /// minute); otherwise the 1-minute mean.
+    fn shortfall_rate(&self) -> f64 {
+        if self.grid.period().is_some() && self.cached_regime != Regime::Generic {
+            self.last_rate.max(0.0)
+        } else {
+            self.rate_1m
         }
     }
 
@@ -1776,8 +1790,9 @@ impl Planner {
         let b = self.last_backlog;
         // Backlog drain: replicas started now help only after W, so the backlog to drain is
         // the one there will be then: today's plus what the ready fleet falls short of the
-        // arrival rate over W; it is drained over max(SLO, W/10) once the replicas are ready.
-        let short = (self.rate_1m - ready as f64 * mu).max(0.0);
+        // arrival rate over W (on a grid, the window's own rate: a step is ordered for at
+        // once); it is drained over max(SLO, W/10) once the replicas are ready.
+        let short = (self.shortfall_rate() - ready as f64 * mu).max(0.0);
         let b_proj = if b > 0.0 { b + short * self.w } else { b };
         let drain = b_proj / self.cfg.slo_s.max(DRAIN_W_SHARE * self.w).max(1.0);
         let recent_arrival =
@@ -2269,6 +2284,52 @@ mod tests {
         feed_to(&mut p, b);
         p.plan(b, 10, 0);
         assert_eq!(p.cached_regime, Regime::GridChange);
+    }
+
+    #[test]
+    fn a_step_on_a_grid_orders_its_whole_drain_at_once() {
+        // 600-s windows around 12 req/s, then a step to 20 that no margin covers, with 14
+        // replicas ready (μ = 1): the window's rate is known from its first samples, so the
+        // first decision after the step orders the new rate plus the drain of the backlog
+        // that accumulates over W, instead of ramping up behind the lagging 1-minute mean.
+        let w = 420.0;
+        let mut p = planner(w);
+        let rate = |t: f64| [11.0, 13.0, 12.0, 12.5][((t / 600.0).floor() as usize) % 4];
+        let b = 8.0 * 3600.0;
+        let mut t = 0.0;
+        while t < b {
+            p.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
+            p.plan(t + 15.0, 14, 0);
+            t += 15.0;
+        }
+        let (ready, step) = (14.0, 20.0);
+        let backlog = (step - ready) * 15.0;
+        p.observe(b + 15.0, 15.0, step * 15.0, backlog);
+        let d = p.plan(b + 15.0, 14, 0);
+        assert_eq!(p.grid.period(), Some(600.0));
+        let drain_s = (DRAIN_W_SHARE * w).max(5.0);
+        let want = (step + (backlog + (step - ready) * w) / drain_s).ceil() as u32;
+        assert!(d.desired >= want, "ordered {} < {want} ({})", d.desired, d.reason);
+    }
+
+    #[test]
+    fn a_standing_level_never_sheds_the_known_rate_of_a_grid_window() {
+        // 20 req/s in the current window, a slow level of 5 and a decayed peak of 8: until
+        // the change point the window's rate is known, so every standing level plans for at
+        // least it; off the grid (a request log's last interval) the level stands alone.
+        let mut s = snap_at(0.0, 20.0);
+        s.level = 5.0;
+        s.peak = [8.0, 8.0];
+        let levels = (1..CF_LEVELS.len() + CF_PEAKS.len()).map(|level| Cand { q: 0, wake: 0, level });
+        for c in levels {
+            s.regime = Regime::GridChange;
+            assert!(cand_upper(&s, c, 0.05) >= 20.0, "{c} on a grid: {}", cand_upper(&s, c, 0.05));
+            s.regime = Regime::Generic;
+            let lone = cand_upper(&s, c, 0.05);
+            assert!(lone > 0.0 && lone <= 12.0 * 5.0, "{c} off the grid: {lone}");
+        }
+        s.regime = Regime::Generic;
+        assert!(cand_upper(&s, Cand { q: 0, wake: 0, level: 1 }, 0.05) < 20.0);
     }
 
     #[test]
