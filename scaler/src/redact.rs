@@ -47,7 +47,7 @@ pub fn redact_text(msg: &str) -> String {
         .map(|tok| {
             let trimmed = tok.trim_end();
             let tail = &tok[trimmed.len()..];
-            let core = trimmed.trim_matches(|c| c == '"' || c == '\'' || c == '(' || c == ')');
+            let core = trimmed.trim_matches(|c| matches!(c, '"' | '\'' | '(' | ')' | ':' | ',' | ';'));
             if core.contains("://") && core.contains('@') {
                 tok.replace(core, &redact_url(core))
             } else {
@@ -83,5 +83,8 @@ mod tests {
         let m = redact_text("connect to amqp://a:topsecret@h:5672/vh failed: refused");
         assert!(!m.contains("topsecret"), "{m}");
         assert!(m.ends_with("failed: refused"));
+        // Quoted and followed by punctuation, as a parser's reason quotes a bad item.
+        let m = redact_text("bad item \"amqp://u:topsecret@h:5672/%2f\": expected ids");
+        assert_eq!(m, "bad item \"amqp://***@h:5672/%2f\": expected ids");
     }
 }

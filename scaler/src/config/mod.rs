@@ -372,6 +372,78 @@ mod tests {
         assert!(errs.iter().all(|e| e.scaled_object == "ns/so"));
     }
 
+    /// Values that have broken parsers elsewhere: empty, padded, non-finite, out of range,
+    /// overflowing, non-ASCII, credentials in URLs, lists with holes.
+    const TRICKY: &[&str] = &[
+        "",
+        " ",
+        "0",
+        "-1",
+        "1e308",
+        "-0",
+        "NaN",
+        "inf",
+        "-inf",
+        "1e-320",
+        "4294967296",
+        "18446744073709551616",
+        "0.0000001",
+        "auto",
+        "true",
+        "TRUE",
+        "yes",
+        "shadow",
+        "é",
+        "\u{0}",
+        "a,b,,c",
+        ",",
+        "host:99999",
+        "amqp://u:secret@h:5672/%2f",
+        "http://u:secret@p:9090",
+        "[::1]:9092",
+        "k:9092,k2:9092",
+        "https://sqs.r.amazonaws.com/1/q",
+        "sum(rate(x[1m]))",
+        "{\"a\":1}",
+        "X-A=1,X-B",
+        "1h",
+        "300",
+        "0.5",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn any_metadata_parses_or_names_its_bad_keys(
+            picks in proptest::collection::vec((0..KEYS.len() + 3, 0..TRICKY.len() + 1), 0..12),
+        ) {
+            // Documented keys (and three unknown ones) at tricky values or their examples:
+            // never a panic; every error names the ScaledObject and a key that is in the map
+            // or documented (a missing required key), and says why.
+            let unknown = ["rabbitmqHostt", "", "prometheusQuery "];
+            let map: BTreeMap<String, String> = picks
+                .iter()
+                .map(|&(k, v)| {
+                    let key = KEYS.get(k).map(|d| d.key).unwrap_or_else(|| unknown[k - KEYS.len()]);
+                    let value = TRICKY.get(v).copied().unwrap_or_else(|| KEYS.get(k).map(|d| d.example).unwrap_or("x"));
+                    (key.to_string(), value.to_string())
+                })
+                .collect();
+            if let Err(errs) = parse(&id(), &map) {
+                proptest::prop_assert!(!errs.0.is_empty());
+                for e in &errs.0 {
+                    proptest::prop_assert_eq!(&e.scaled_object, "ns/so");
+                    proptest::prop_assert!(
+                        map.contains_key(&e.key) || KEYS.iter().any(|d| d.key == e.key),
+                        "error names key {:?}, neither given nor documented: {}", e.key, e
+                    );
+                    proptest::prop_assert!(!e.reason.trim().is_empty(), "{}", e);
+                    proptest::prop_assert!(!e.to_string().contains("secret"), "credentials in {}", e);
+                }
+            }
+        }
+    }
+
     #[test]
     fn stale_after_must_cover_the_sample_period() {
         let map: BTreeMap<String, String> = [

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::{ConfigError, ConfigErrors, ScalerId};
-use crate::redact::redact_url;
+use crate::redact::{redact_text, redact_url};
 
 pub struct Metadata<'a> {
     id: &'a ScalerId,
@@ -46,7 +46,8 @@ impl<'a> Metadata<'a> {
             scaled_object: self.id.to_string(),
             key: key.to_string(),
             value: value.map(redact_url),
-            reason: reason.to_string(),
+            // A reason may quote (part of) the value.
+            reason: redact_text(reason),
         });
     }
 
