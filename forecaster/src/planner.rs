@@ -31,7 +31,9 @@
 //!   better, costlier one of the same kind is spent on a convex mix of their planned demands
 //!   (the candidate grid is coarse), once the budget has a few hours of evidence;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
-//!   shortfall over W) over max(SLO, W/10).
+//!   shortfall over W) over max(SLO, W/10);
+//! - never sheds ready replicas the current demand is using (a standing level does not chase
+//!   a burst with new replicas, but keeps the ready ones serving it).
 //!
 //! Pure and deterministic: time is always an argument; memory is bounded (see
 //! [`Planner::approx_heap_bytes`]).
@@ -621,6 +623,13 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
     }
 }
 
+/// The demand the ready fleet is serving now: a standing level that does not chase a burst
+/// with new replicas (they would be ready after it) still keeps the ready ones the current
+/// demand uses, which are paid for already; shedding them turns a served burst into a late one.
+fn in_use(s: &OrderSnap, ready: u32, mu: f64) -> f64 {
+    s.current.max(0.0).min(f64::from(ready) * mu)
+}
+
 /// Counterfactual replay of every candidate margin: each candidate's fleet follows the
 /// orders it would have placed, with the fleet rules of the real one (a replica ordered at
 /// `d` serves from `d + W`, is paid from `d`, and a smaller order removes replicas at once,
@@ -686,7 +695,7 @@ impl Counterfactual {
             // order is ready (today's plus its shortfall over W).
             let b = self.backlog[i];
             let proj = if b > 0.0 { b + (s.rate - self.ready[i] as f64 * mu).max(0.0) * w } else { 0.0 };
-            let u = cand_upper(s, Cand::from_index(i), eps) + proj / drain_s;
+            let u = cand_upper(s, Cand::from_index(i), eps).max(in_use(s, self.ready[i], mu)) + proj / drain_s;
             let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
             *o = r;
             self.reps[i] = r;
@@ -1786,6 +1795,7 @@ impl Planner {
                 fc.upper += th * (uk - fc.upper);
             }
         }
+        fc.upper = fc.upper.max(in_use(&snap, ready, mu));
         fc.quantile = CF_QS[cand.q];
         let b = self.last_backlog;
         // Backlog drain: replicas started now help only after W, so the backlog to drain is
@@ -2330,6 +2340,35 @@ mod tests {
         }
         s.regime = Regime::Generic;
         assert!(cand_upper(&s, Cand { q: 0, wake: 0, level: 1 }, 0.05) < 20.0);
+    }
+
+    #[test]
+    fn a_standing_level_keeps_the_ready_replicas_the_current_demand_uses() {
+        // Off the grid a standing level does not chase a burst with new replicas, but it
+        // does not shed the ready ones serving it either: 10 req/s arriving (μ = 1), a slow
+        // level of 0.5 and a decayed peak of 1 (every level plans ≤ 6 req/s).
+        let (w, mu, slo) = (60.0, 1.0, 5.0);
+        let levels = CF_NQ * CF_WAKES.len()..CF_N;
+        for (fleet, want) in [(10u32, 10u32), (4, 4)] {
+            let mut cf = Counterfactual::new();
+            cf.push(&snap_at(0.0, fleet as f64), 15.0, w, mu, slo, 0.05, 100.0, 0);
+            for s in 0..75 {
+                cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
+            }
+            assert!(cf.ready.iter().all(|&r| r == fleet), "{:?}", cf.ready);
+            let mut s = snap_at(75.0, 10.0);
+            s.regime = Regime::Generic;
+            s.level = 0.5;
+            s.peak = [1.0, 1.0];
+            cf.push(&s, 15.0, w, mu, slo, 0.05, 100.0, 0);
+            for i in levels.clone() {
+                assert!(cf.reps[i] >= want, "{} sheds to {} with {fleet} ready", Cand::from_index(i), cf.reps[i]);
+            }
+            // With 4 ready, the level still does not order the burst's 10.
+            if fleet == 4 {
+                assert!(levels.clone().any(|i| cf.reps[i] < 10));
+            }
+        }
     }
 
     #[test]
