@@ -207,8 +207,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             let checked = crate::check::check(&text, &env)?;
             let bad = checked.iter().any(|c| !c.errors.is_empty());
-            // Write errors (a closed pipe, as in `prescale check f | head`) end output quietly.
-            let _ = print_checked(&checked);
+            // A closed pipe (`prescale check f | head`) ends output quietly; any other write
+            // error (a full disk) is an error: a report that was not written is not a pass.
+            quiet_broken_pipe(print_checked(&checked)).context("writing the check report")?;
             Ok(if bad { 1 } else { 0 })
         }
     }

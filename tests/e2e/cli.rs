@@ -68,3 +68,29 @@ fn every_example_parses() {
     }
     assert!(n >= 1, "no ScaledObject examples found in {}", dir.display());
 }
+
+#[test]
+fn a_report_that_cannot_be_written_is_an_error_not_a_pass() {
+    // stdout on /dev/full (ENOSPC): `check` and `replay` fail and say why; a closed pipe
+    // (`| head`) is not an error (see replay.rs).
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // not Linux
+    };
+    let dir = std::env::temp_dir().join(crate::harness::unique("prescale-check-full"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("so.yaml");
+    std::fs::write(&f, GOOD).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_prescale"))
+        .arg("check")
+        .arg(&f)
+        .stdout(full.try_clone().unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "check passed with its report unwritten: {err}");
+    assert!(err.contains("writing the check report"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_prescale")).arg("keys").stdout(full).output().unwrap();
+    assert!(!out.status.success(), "keys passed with its table unwritten");
+    let _ = std::fs::remove_dir_all(&dir);
+}
