@@ -2326,7 +2326,8 @@ mod tests {
     fn a_standing_level_never_sheds_the_known_rate_of_a_grid_window() {
         // 20 req/s in the current window, a slow level of 5 and a decayed peak of 8: until
         // the change point the window's rate is known, so every standing level plans for at
-        // least it; off the grid (a request log's last interval) the level stands alone.
+        // least it; off the grid (a request log's last interval) the level stands alone here
+        // (the ready replicas the demand uses are kept by `in_use`, see the next test).
         let mut s = snap_at(0.0, 20.0);
         s.level = 5.0;
         s.peak = [8.0, 8.0];
