@@ -623,6 +623,22 @@ fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
     }
 }
 
+/// The backlog an order placed now has to drain when it is ready, W from now: today's `b`
+/// plus what the ready fleet (capacity `cap`) falls short of the arrival `rate` over W.
+/// The real planner and every counterfactual candidate size their drain with it.
+fn backlog_at_ready(b: f64, rate: f64, cap: f64, w: f64) -> f64 {
+    if b > 0.0 {
+        b + (rate - cap).max(0.0) * w
+    } else {
+        0.0
+    }
+}
+
+/// Seconds a backlog is drained over once the replicas ordered for it are ready.
+fn drain_seconds(slo: f64, w: f64) -> f64 {
+    slo.max(DRAIN_W_SHARE * w).max(1.0)
+}
+
 /// The demand the ready fleet is serving now: a standing level that does not chase a burst
 /// with new replicas (they would be ready after it) still keeps the ready ones the current
 /// demand uses, which are paid for already; shedding them turns a served burst into a late one.
@@ -688,13 +704,12 @@ impl Counterfactual {
                 return;
             }
         }
-        let drain_s = slo.max(DRAIN_W_SHARE * w).max(1.0);
+        let drain_s = drain_seconds(slo, w);
         let mut ord = [0u32; CF_N];
         for (i, o) in ord.iter_mut().enumerate() {
             // As the real planner does: drain the backlog the candidate will have when this
             // order is ready (today's plus its shortfall over W).
-            let b = self.backlog[i];
-            let proj = if b > 0.0 { b + (s.rate - self.ready[i] as f64 * mu).max(0.0) * w } else { 0.0 };
+            let proj = backlog_at_ready(self.backlog[i], s.rate, self.ready[i] as f64 * mu, w);
             let u = cand_upper(s, Cand::from_index(i), eps).max(in_use(s, self.ready[i], mu)) + proj / drain_s;
             let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
             *o = r;
@@ -1802,9 +1817,7 @@ impl Planner {
         // the one there will be then: today's plus what the ready fleet falls short of the
         // arrival rate over W (on a grid, the window's own rate: a step is ordered for at
         // once); it is drained over max(SLO, W/10) once the replicas are ready.
-        let short = (self.shortfall_rate() - ready as f64 * mu).max(0.0);
-        let b_proj = if b > 0.0 { b + short * self.w } else { b };
-        let drain = b_proj / self.cfg.slo_s.max(DRAIN_W_SHARE * self.w).max(1.0);
+        let drain = backlog_at_ready(b, snap.rate, ready as f64 * mu, self.w) / drain_seconds(self.cfg.slo_s, self.w);
         let recent_arrival =
             self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };

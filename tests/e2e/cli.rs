@@ -2,11 +2,17 @@
 
 use std::process::Command;
 
-fn check(args: &[&str], file_text: &str) -> (i32, String) {
-    let dir = std::env::temp_dir().join(crate::harness::unique("prescale-check"));
+/// A fresh directory holding `file_text` as `so.yaml`: (directory, file path).
+fn scratch_file(tag: &str, file_text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(crate::harness::unique(tag));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("so.yaml");
     std::fs::write(&f, file_text).unwrap();
+    (dir, f)
+}
+
+fn check(args: &[&str], file_text: &str) -> (i32, String) {
+    let (dir, f) = scratch_file("prescale-check", file_text);
     let out = Command::new(env!("CARGO_BIN_EXE_prescale")).arg("check").arg(&f).args(args).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
@@ -71,15 +77,12 @@ fn every_example_parses() {
 
 #[test]
 fn a_report_that_cannot_be_written_is_an_error_not_a_pass() {
-    // stdout on /dev/full (ENOSPC): `check` and `replay` fail and say why; a closed pipe
-    // (`| head`) is not an error (see replay.rs).
+    // stdout on /dev/full (ENOSPC): `check` and `keys` fail, `check` saying why; a closed
+    // pipe (`| head`) is not an error (see replay.rs).
     let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
         return; // not Linux
     };
-    let dir = std::env::temp_dir().join(crate::harness::unique("prescale-check-full"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("so.yaml");
-    std::fs::write(&f, GOOD).unwrap();
+    let (dir, f) = scratch_file("prescale-check-full", GOOD);
     let out = Command::new(env!("CARGO_BIN_EXE_prescale"))
         .arg("check")
         .arg(&f)
