@@ -13,7 +13,8 @@
 //!   (just in time: earlier orders only pay for replicas that sit ready before the change);
 //! - calibrates the forecast's upper quantiles from resolved forecasts weighted by their
 //!   share of an independent horizon (consecutive horizons overlap), standardised by the
-//!   level's sqrt (a small fleet's relative margin is wider than a large one's);
+//!   level's sqrt (a small fleet's relative margin is wider than a large one's) and scaled by
+//!   the errors' recent spread (a restless hour widens the margin up to 1.5×);
 //! - keeps an idle-gap histogram plus daily and weekly activity profiles to decide
 //!   scale-to-zero and wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
 //! - learns its safety margin from the misses it would have had (Autopilot): a
@@ -337,13 +338,32 @@ struct Pending {
 /// current point's scale: a small fleet gets a wide relative margin, a large one a narrow
 /// one, from the same evidence. (Unscaled, one quantile over all levels over-provisions the
 /// busy hours and under-provisions the quiet ones.)
+///
+/// Errors cluster: a restless hour is followed by more restless ones (volatility clustering).
+/// Outcomes are therefore also recorded relative to the recent spread, `z / v` with `v` = the
+/// RMS of standardised outcomes over the last hour against the last two days, clamped to
+/// `VOL_SCALE_RANGE`, and a quantile is read back times the `v` of now: the same tail
+/// probability buys a wider margin after a restless hour (filtered historical simulation).
+/// `v` never goes below 1: calm hours do not narrow the margin below its long-run calibration
+/// (narrowing to 0.5 gave cheaper plans but lost to reactive on a 1-replica-per-req/s client at
+/// W = 420 s, where a calm hour ends in a jump), and the upper clamp keeps a restless hour
+/// from being recorded as calm evidence.
 #[derive(Debug, Clone)]
 struct RatioTracker {
     q: QuantileTracker,
     /// Outcomes recorded (unweighted): the quantiles are used once there are enough.
     samples: u64,
     mu: f64,
+    /// Exponentially weighted mean squares of the standardised outcomes, short and long memory.
+    ms_short: f64,
+    ms_long: f64,
 }
+
+/// Half-lives (seconds of outcomes) of the recent and the reference spread of [`RatioTracker`].
+const VOL_SHORT_HALF_LIFE_S: f64 = 3600.0;
+const VOL_LONG_HALF_LIFE_S: f64 = 2.0 * 86_400.0;
+/// Bounds of the volatility scale `v` (recent RMS / reference RMS).
+const VOL_SCALE_RANGE: (f64, f64) = (1.0, 1.5);
 
 /// The standardised ratios span this many times the log-ratio range [-3, 5]: sqrt of the
 /// largest fleet (≤ 1024 replicas) the tracker resolves finely. The bins (1280 over the
@@ -358,7 +378,22 @@ fn ratio_range_scale(max_replicas: u32) -> f64 {
 impl RatioTracker {
     fn new(mu: f64, max_replicas: u32) -> Self {
         let k = ratio_range_scale(max_replicas);
-        RatioTracker { q: QuantileTracker::new(-3.0 * k, 5.0 * k, 1280, 1024.0), samples: 0, mu }
+        RatioTracker {
+            q: QuantileTracker::new(-3.0 * k, 5.0 * k, 1280, 1024.0),
+            samples: 0,
+            mu,
+            ms_short: 0.0,
+            ms_long: 0.0,
+        }
+    }
+
+    /// The volatility scale now: recent RMS over reference RMS, clamped (1 before any spread).
+    fn vol_scale(&self) -> f64 {
+        if self.ms_long > 0.0 {
+            (self.ms_short / self.ms_long).sqrt().clamp(VOL_SCALE_RANGE.0, VOL_SCALE_RANGE.1)
+        } else {
+            1.0
+        }
     }
 
     /// sqrt(point/μ + 1): the standardisation factor at a point forecast (req/s).
@@ -366,9 +401,23 @@ impl RatioTracker {
         (point.max(0.0) / self.mu + 1.0).sqrt()
     }
 
-    fn record(&mut self, r: f64, weight: f64, point: f64) {
-        self.q.record_weighted(r * self.spread_factor(point), weight);
+    /// Record outcome `r` (ln ratio) of a forecast of `point`, `dt_s` seconds of outcomes after
+    /// the previous record.
+    fn record(&mut self, r: f64, weight: f64, point: f64, dt_s: f64) {
+        let z = r * self.spread_factor(point);
+        if !(z.is_finite() && weight.is_finite() && weight > 0.0) {
+            return;
+        }
+        self.q.record_weighted(z / self.vol_scale(), weight);
         self.samples += 1;
+        let dt = if dt_s.is_finite() { dt_s.max(0.0) } else { 0.0 };
+        let mix = |hl: f64| 1.0 - (-dt * std::f64::consts::LN_2 / hl).exp();
+        if self.samples == 1 {
+            (self.ms_short, self.ms_long) = (z * z, z * z);
+        } else {
+            self.ms_short += mix(VOL_SHORT_HALF_LIFE_S) * (z * z - self.ms_short);
+            self.ms_long += mix(VOL_LONG_HALF_LIFE_S) * (z * z - self.ms_long);
+        }
     }
 
     fn calibrated(&self) -> bool {
@@ -377,13 +426,13 @@ impl RatioTracker {
 
     /// The `q` quantile of ln(outcome / point) for a forecast of `point`.
     fn quantile(&self, q: f64, point: f64) -> Option<f64> {
-        self.q.quantile(q).map(|z| z / self.spread_factor(point))
+        self.q.quantile(q).map(|z| z * self.vol_scale() / self.spread_factor(point))
     }
 
     /// [`RatioTracker::quantile`] at every candidate quantile, in one pass.
     fn candidate_quantiles(&self, point: f64) -> Option<[f64; CF_NQ]> {
-        let f = self.spread_factor(point);
-        self.q.quantiles(&CF_QS).map(|z| z.map(|z| z / f))
+        let f = self.vol_scale() / self.spread_factor(point);
+        self.q.quantiles(&CF_QS).map(|z| z.map(|z| z * f))
     }
 }
 
@@ -1412,8 +1461,8 @@ impl Planner {
             }
             let r = ((y + eps) / (p.point + eps)).ln();
             match p.regime {
-                Regime::Generic => self.ratio_generic.record(r, weight, p.point),
-                Regime::GridChange => self.ratio_grid.record(r, weight, p.point),
+                Regime::Generic => self.ratio_generic.record(r, weight, p.point, i),
+                Regime::GridChange => self.ratio_grid.record(r, weight, p.point, i),
                 Regime::GridSteady | Regime::Idle => {}
             }
         }
@@ -2177,7 +2226,7 @@ mod tests {
             let l = levels[k];
             let y = (l + l.sqrt() * normal(&mut st)).max(0.0);
             let r = ((y + 0.05) / (l + 0.05)).ln();
-            tr.record(r, 0.05, l);
+            tr.record(r, 0.05, l, 15.0);
             draws[k].push(r);
         }
         let q_small = tr.quantile(0.9, 2.0).unwrap();
@@ -2187,6 +2236,39 @@ mod tests {
             let covered = draws[k].iter().filter(|&&r| r <= q).count() as f64 / draws[k].len() as f64;
             assert!((0.84..=0.96).contains(&covered), "level {}: q0.9 covers {covered}", levels[k]);
         }
+    }
+
+    #[test]
+    fn a_restless_hour_widens_the_margin_and_a_calm_one_does_not_narrow_it() {
+        // Two days of outcomes with one spread (one per 15-s interval, weight 0.05), then an
+        // hour with twice the spread: the q0.9 margin must widen by far more than the hour's
+        // share of the evidence moves an unscaled quantile. (A small `max_replicas` keeps the
+        // bins fine.)
+        let mut tr = RatioTracker::new(1.0, 3);
+        let mut st = 11u64;
+        let per_hour = 240;
+        for _ in 0..48 * per_hour {
+            tr.record(0.1 * normal(&mut st), 0.05, 0.0, 15.0);
+        }
+        let mut unscaled = tr.q.clone();
+        let plain_before = unscaled.quantile(0.9).unwrap();
+        for _ in 0..per_hour {
+            let r = 0.2 * normal(&mut st);
+            tr.record(r, 0.05, 0.0, 15.0);
+            unscaled.record_weighted(r, 0.05);
+        }
+        let calibrated = tr.q.quantile(0.9).unwrap();
+        let restless = tr.quantile(0.9, 0.0).unwrap();
+        let plain = unscaled.quantile(0.9).unwrap();
+        assert!(restless > 1.4 * calibrated, "q0.9 {restless} after a restless hour vs {calibrated} calibrated");
+        assert!(plain < 1.15 * plain_before, "an unscaled q0.9 barely moves: {plain_before} -> {plain}");
+        // Calm hours: the margin falls back, but not below its long-run calibration.
+        for _ in 0..6 * per_hour {
+            tr.record(0.01 * normal(&mut st), 0.05, 0.0, 15.0);
+        }
+        let calm = tr.quantile(0.9, 0.0).unwrap();
+        let calibrated = tr.q.quantile(0.9).unwrap();
+        assert!(calm >= calibrated && calm < restless, "q0.9 after calm hours {calm}, calibrated {calibrated}");
     }
 
     #[test]
