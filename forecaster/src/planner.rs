@@ -297,6 +297,9 @@ pub struct Snapshot {
     pub last_forecast: Option<ForecastSummary>,
     /// Upper quantiles of the calibrated ratio peak/forecast at q 0.5/0.9/0.99.
     pub ratio_quantiles: [Option<f64>; 3],
+    /// How much the recent spread of the forecast errors widens those quantiles now (1 to
+    /// 1.5; see `RatioTracker`).
+    pub error_spread_scale: f64,
     pub grid_period_s: Option<f64>,
     pub idle: IdleStats,
     pub budget: BudgetStats,
@@ -1994,10 +1997,8 @@ impl Planner {
         let t = self.last_t;
         let tt = t.unwrap_or(0.0);
         let tau = self.idle.idle_for(tt);
-        let rq = |q: f64| {
-            let tr = if self.grid.period().is_some() { &self.ratio_grid } else { &self.ratio_generic };
-            tr.quantile(q, self.cached.as_ref().map(|c| c.point).unwrap_or(0.0)).map(f64::exp)
-        };
+        let tr = if self.grid.period().is_some() { &self.ratio_grid } else { &self.ratio_generic };
+        let rq = |q: f64| tr.quantile(q, self.cached.as_ref().map(|c| c.point).unwrap_or(0.0)).map(f64::exp);
         Snapshot {
             t_s: t,
             warmup_planned_s: self.w,
@@ -2006,6 +2007,7 @@ impl Planner {
             members: MEMBER_NAMES.iter().map(|s| s.to_string()).collect(),
             last_forecast: self.cached.clone(),
             ratio_quantiles: [rq(0.5), rq(0.9), rq(0.99)],
+            error_spread_scale: tr.vol_scale(),
             grid_period_s: self.grid.period(),
             idle: IdleStats {
                 idle_for_s: tau,

@@ -181,5 +181,8 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     // ...and its spend against the KEDA + HPA shadow (the budget that holds it back).
     let budget = &one["triggers"][0]["planner"]["budget"];
     assert!(budget["shadow_replica_seconds"].is_number() && budget["spent"].is_boolean(), "{one}");
+    // ...and how much the recent spread of its forecast errors widens its margin now.
+    let spread = one["triggers"][0]["planner"]["error_spread_scale"].as_f64();
+    assert!(spread.is_some_and(|v| (1.0..=1.5).contains(&v)), "{one}");
     assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
 }
