@@ -390,10 +390,12 @@ impl RatioTracker {
         }
     }
 
-    /// The volatility scale now: recent RMS over reference RMS, clamped (1 before any spread).
+    /// The volatility scale now: recent RMS over reference RMS, clamped (1 before any spread,
+    /// and if either mean square has overflowed).
     fn vol_scale(&self) -> f64 {
-        if self.ms_long > 0.0 {
-            (self.ms_short / self.ms_long).sqrt().clamp(VOL_SCALE_RANGE.0, VOL_SCALE_RANGE.1)
+        let v = (self.ms_short / self.ms_long).sqrt();
+        if self.ms_long > 0.0 && v.is_finite() {
+            v.clamp(VOL_SCALE_RANGE.0, VOL_SCALE_RANGE.1)
         } else {
             1.0
         }
@@ -415,11 +417,15 @@ impl RatioTracker {
         self.samples += 1;
         let dt = if dt_s.is_finite() { dt_s.max(0.0) } else { 0.0 };
         let mix = |hl: f64| 1.0 - (-dt * std::f64::consts::LN_2 / hl).exp();
-        if self.samples == 1 {
-            (self.ms_short, self.ms_long) = (z * z, z * z);
+        let z2 = z * z;
+        if !z2.is_finite() {
+            // An outcome beyond any scale (the quantile clamps it to its top bin) says nothing
+            // about the spread of the others.
+        } else if self.samples == 1 {
+            (self.ms_short, self.ms_long) = (z2, z2);
         } else {
-            self.ms_short += mix(VOL_SHORT_HALF_LIFE_S) * (z * z - self.ms_short);
-            self.ms_long += mix(VOL_LONG_HALF_LIFE_S) * (z * z - self.ms_long);
+            self.ms_short += mix(VOL_SHORT_HALF_LIFE_S) * (z2 - self.ms_short);
+            self.ms_long += mix(VOL_LONG_HALF_LIFE_S) * (z2 - self.ms_long);
         }
     }
 
@@ -2271,6 +2277,12 @@ mod tests {
         let calm = tr.quantile(0.9, 0.0).unwrap();
         let calibrated = tr.q.quantile(0.9).unwrap();
         assert!(calm >= calibrated && calm < restless, "q0.9 after calm hours {calm}, calibrated {calibrated}");
+        // Outcomes whose squares overflow leave the scale defined.
+        for _ in 0..2 {
+            tr.record(1e200, 0.05, 0.0, 15.0);
+            assert!(tr.quantile(0.9, 0.0).is_some_and(f64::is_finite) && tr.vol_scale() >= 1.0);
+        }
+        assert!(tr.ms_short.is_finite() && tr.ms_long.is_finite(), "the spread survives an overflowing outcome");
     }
 
     #[test]
