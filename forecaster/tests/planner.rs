@@ -244,6 +244,7 @@ proptest! {
                 prop_assert!(!d.reason.to_string().is_empty());
             }
         }
-        let _ = p.snapshot();
+        let s = p.snapshot();
+        prop_assert!((1.0..=1.5).contains(&s.error_spread_scale), "error_spread_scale {}", s.error_spread_scale);
     }
 }
