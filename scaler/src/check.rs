@@ -46,13 +46,19 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
             let ns = v.get("metadata").and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("default");
             let name = v.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).unwrap_or("");
             let triggers = v.get("spec").and_then(|s| s.get("triggers")).and_then(|t| t.as_sequence());
+            let mut first = true;
             for (i, t) in triggers.into_iter().flatten().enumerate() {
                 let ty = t.get("type").and_then(|x| x.as_str()).unwrap_or("");
                 if ty != "external" && ty != "external-push" {
                     continue;
                 }
                 let md = t.get("metadata").cloned().unwrap_or(serde_yaml_ng::Value::Null);
-                out.push(check_map(ns, name, i, &md, env));
+                let mut c = check_map(ns, name, i, &md, env);
+                if std::mem::take(&mut first) {
+                    // The HPA's behaviour is the ScaledObject's: said once, on its first trigger.
+                    c.notes.extend(hpa_behavior_notes(v.get("spec")));
+                }
+                out.push(c);
             }
         } else if v.is_mapping() {
             out.push(check_map("default", "metadata", 0, &v, env));
@@ -65,6 +71,62 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
 }
 
 use serde::Deserialize;
+
+/// Kubernetes' HPA defaults (autoscaling/v2): scale-down stabilization and tolerance.
+const HPA_DEFAULT_SCALE_DOWN_STABILIZATION_S: i64 = 300;
+const HPA_DEFAULT_TOLERANCE: f64 = 0.1;
+/// KEDA's default `maxReplicaCount`.
+const KEDA_DEFAULT_MAX_REPLICAS: i64 = 100;
+
+/// What the HPA that KEDA creates for this ScaledObject would do to prescale's answers: the
+/// replay (and the plan) assume the answered count is applied at once, in both directions.
+/// Notes, not errors: these are choices, and `tolerance` needs a feature gate.
+fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>) -> Vec<String> {
+    let behavior = spec
+        .and_then(|s| s.get("advanced"))
+        .and_then(|a| a.get("horizontalPodAutoscalerConfig"))
+        .and_then(|h| h.get("behavior"));
+    let rules = |dir: &str| behavior.and_then(|b| b.get(dir));
+    let int = |v: Option<&serde_yaml_ng::Value>| v.and_then(|x| x.as_i64().or_else(|| x.as_str()?.trim().parse().ok()));
+    // A tolerance is a Kubernetes quantity: `0.05` or `50m`.
+    let num = |v: Option<&serde_yaml_ng::Value>| {
+        v.and_then(|x| x.as_f64().or_else(|| crate::cluster::capacity::parse_quantity(x.as_str()?)))
+    };
+    let path = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
+    let mut notes = Vec::new();
+    let down = int(rules("scaleDown").and_then(|r| r.get("stabilizationWindowSeconds")));
+    let down_s = down.unwrap_or(HPA_DEFAULT_SCALE_DOWN_STABILIZATION_S);
+    if down_s > 0 {
+        let default = if down.is_none() { " (Kubernetes' default)" } else { "" };
+        notes.push(format!(
+            "the HPA's scale-down stabilization is {down_s} s{default}: it keeps the largest count prescale answered \
+             over the last {down_s} s, so every scale-in the planner decides (including the margin it releases right \
+             after a change point) lands {down_s} s late and costs more than planned; the planner already holds \
+             capacity through a warm-up: set {path}.scaleDown.stabilizationWindowSeconds: 0"
+        ));
+    }
+    if let Some(up) = int(rules("scaleUp").and_then(|r| r.get("stabilizationWindowSeconds"))).filter(|&s| s > 0) {
+        notes.push(format!(
+            "the HPA's scale-up stabilization is {up} s: every pre-scale order reaches the fleet up to {up} s late, \
+             on top of the warm-up it was planned for: set {path}.scaleUp.stabilizationWindowSeconds: 0"
+        ));
+    }
+    let max = int(spec.and_then(|s| s.get("maxReplicaCount"))).unwrap_or(KEDA_DEFAULT_MAX_REPLICAS);
+    let tol = |dir: &str| num(rules(dir).and_then(|r| r.get("tolerance"))).unwrap_or(HPA_DEFAULT_TOLERANCE);
+    let (tol_up, tol_down) = (tol("scaleUp"), tol("scaleDown"));
+    // From n replicas the HPA applies n ± 1 only if 1/n exceeds the tolerance.
+    let blind_from = |t: f64| if t > 0.0 { (1.0 / t).ceil().max(1.0) as i64 } else { i64::MAX };
+    let from = blind_from(tol_up).min(blind_from(tol_down));
+    if from <= max {
+        notes.push(format!(
+            "the HPA ignores an answer within its tolerance (scale-up {tol_up}, scale-down {tol_down}) of the current \
+             count: from {from} replicas on (maxReplicaCount {max}) a plan one replica away is not applied; set \
+             {path}.scaleUp.tolerance: 0 and scaleDown.tolerance: 0 (KEDA 2.18 or later on Kubernetes 1.34 or \
+             later; 1.33 needs the HPAConfigurableTolerance feature gate)"
+        ));
+    }
+    notes
+}
 
 fn check_map(
     ns: &str,
@@ -157,6 +219,50 @@ spec:
       rabbitmqPerReplica: 20
       scaleToZero: true
 "#;
+
+    #[test]
+    fn the_hpa_behaviour_that_would_distort_the_plan_is_noted_once_per_scaled_object() {
+        // SO has no behaviour: Kubernetes' defaults (300-s scale-down stabilization,
+        // tolerance 0.1) under KEDA's default maxReplicaCount of 100.
+        let r = check(SO, &BTreeMap::new()).unwrap();
+        let notes = r[0].notes.join("\n");
+        assert!(notes.contains("scale-down stabilization is 300 s (Kubernetes' default)"), "{notes}");
+        assert!(notes.contains("from 10 replicas on (maxReplicaCount 100)"), "{notes}");
+        assert!(!notes.contains("scale-up stabilization"), "{notes}");
+        // Set as the notes say: nothing left to say about the HPA.
+        let tuned = SO.replace(
+            "  scaleTargetRef: {name: llama}\n",
+            "  scaleTargetRef: {name: llama}\n  advanced:\n    horizontalPodAutoscalerConfig:\n      behavior:\n        \
+             scaleUp: {stabilizationWindowSeconds: 0, tolerance: 0}\n        \
+             scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0m}\n",
+        );
+        let r = check(&tuned, &BTreeMap::new()).unwrap();
+        assert!(r[0].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[0].notes);
+        // A 5 % tolerance (as a quantity) leaves one-replica moves blind from 20 replicas on.
+        let loose = tuned.replace("tolerance: 0}", "tolerance: 50m}");
+        let r = check(&loose, &BTreeMap::new()).unwrap();
+        assert!(
+            r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 20 replicas")),
+            "{:?}",
+            r[0].notes
+        );
+        // A slow scale-up and the default tolerance on a fleet that never reaches 10 replicas.
+        let slow = SO.replace(
+            "  scaleTargetRef: {name: llama}\n",
+            "  scaleTargetRef: {name: llama}\n  maxReplicaCount: 8\n  advanced:\n    horizontalPodAutoscalerConfig:\n      \
+             behavior:\n        scaleUp: {stabilizationWindowSeconds: 60}\n        \
+             scaleDown: {stabilizationWindowSeconds: 0}\n",
+        );
+        let r = check(&slow, &BTreeMap::new()).unwrap();
+        let notes = r[0].notes.join("\n");
+        assert!(notes.contains("scale-up stabilization is 60 s"), "{notes}");
+        assert!(!notes.contains("tolerance") && !notes.contains("scale-down stabilization"), "{notes}");
+        // Two prescale triggers on one ScaledObject: the HPA is noted once.
+        let two = format!("{SO}  - type: external\n    metadata: {{scalerAddress: p:9090, rabbitmqHost: amqp://h/, rabbitmqQueueName: q2}}\n");
+        let r = check(&two, &BTreeMap::new()).unwrap();
+        assert_eq!(r.len(), 2);
+        assert!(r[1].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[1].notes);
+    }
 
     #[test]
     fn checks_external_triggers_and_resolves_env_placeholders() {

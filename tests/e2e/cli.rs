@@ -40,6 +40,8 @@ fn check_accepts_a_valid_scaled_object_and_prints_the_typed_config() {
     assert!(out.contains("ok: jobs/worker trigger 0"), "{out}");
     assert!(out.contains("\"perReplica\": 10.0"), "{out}");
     assert!(!out.contains("secretpw"), "credentials printed: {out}");
+    // No HPA behaviour: the defaults that would apply the plan late are a note, not a failure.
+    assert!(out.contains("note: the HPA's scale-down stabilization is 300 s (Kubernetes' default)"), "{out}");
 }
 
 #[test]
