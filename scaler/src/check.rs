@@ -56,7 +56,8 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 let mut c = check_map(ns, name, i, &md, env);
                 if std::mem::take(&mut first) {
                     // The HPA's behaviour is the ScaledObject's: said once, on its first trigger.
-                    c.notes.extend(hpa_behavior_notes(v.get("spec")));
+                    let answered_for = c.config.as_ref().map(|cfg| cfg.planner.hpa_tolerance);
+                    c.notes.extend(hpa_behavior_notes(v.get("spec"), answered_for));
                 }
                 out.push(c);
             }
@@ -81,7 +82,8 @@ const KEDA_DEFAULT_MAX_REPLICAS: i64 = 100;
 /// What the HPA that KEDA creates for this ScaledObject would do to prescale's answers: the
 /// replay (and the plan) assume the answered count is applied at once, in both directions.
 /// Notes, not errors: these are choices, and `tolerance` needs a feature gate.
-fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>) -> Vec<String> {
+/// `answered_for`: the trigger's `hpaTolerance` (the tolerance prescale rounds scale-ups for).
+fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>, answered_for: Option<f64>) -> Vec<String> {
     let behavior = spec
         .and_then(|s| s.get("advanced"))
         .and_then(|a| a.get("horizontalPodAutoscalerConfig"))
@@ -120,9 +122,16 @@ fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>) -> Vec<String> {
     if from <= max {
         notes.push(format!(
             "the HPA ignores an answer within its tolerance (scale-up {tol_up}, scale-down {tol_down}) of the current \
-             count: from {from} replicas on (maxReplicaCount {max}) a plan one replica away is not applied; set \
-             {path}.scaleUp.tolerance: 0 and scaleDown.tolerance: 0 (KEDA 2.18 or later on Kubernetes 1.34 or \
-             later; 1.33 needs the HPAConfigurableTolerance feature gate)"
+             count: from {from} replicas on (maxReplicaCount {max}) a plan one replica away is not applied as such \
+             (prescale answers a scale-up past the tolerance, a few replicas more than planned; a scale-down is \
+             dropped); set {path}.scaleUp.tolerance: 0 and scaleDown.tolerance: 0 and hpaTolerance: \"0\" (KEDA 2.18 \
+             or later on Kubernetes 1.34 or later; 1.33 needs the HPAConfigurableTolerance feature gate)"
+        ));
+    }
+    if let Some(t) = answered_for.filter(|t| (t - tol_up).abs() > 1e-9) {
+        notes.push(format!(
+            "hpaTolerance is {t} but the HPA's scale-up tolerance is {tol_up}: prescale rounds scale-ups for the wrong \
+             tolerance; set hpaTolerance: \"{tol_up}\""
         ));
     }
     notes
@@ -237,9 +246,13 @@ spec:
              scaleDown: {stabilizationWindowSeconds: 0, tolerance: 0m}\n",
         );
         let r = check(&tuned, &BTreeMap::new()).unwrap();
+        let notes = r[0].notes.join("\n");
+        assert!(notes.contains("hpaTolerance is 0.1 but the HPA's scale-up tolerance is 0"), "{notes}");
+        let tuned = tuned.replace("scaleToZero: true", "scaleToZero: true\n      hpaTolerance: 0");
+        let r = check(&tuned, &BTreeMap::new()).unwrap();
         assert!(r[0].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[0].notes);
         // A 5 % tolerance (as a quantity) leaves one-replica moves blind from 20 replicas on.
-        let loose = tuned.replace("tolerance: 0}", "tolerance: 50m}");
+        let loose = tuned.replace("tolerance: 0}", "tolerance: 50m}").replace("hpaTolerance: 0", "hpaTolerance: 0.05");
         let r = check(&loose, &BTreeMap::new()).unwrap();
         assert!(
             r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 20 replicas")),

@@ -45,6 +45,7 @@ pub const KEYS: &[KeyDoc] = &[
     k("forecastModel", "planner", "auto", "`auto` (loss-weighted ensemble), `smoothing`, `holtWinters`, `seasonalNaive`.", "auto"),
     k("minReplicas", "planner", "0", "Lower bound of the plan (keep KEDA's minReplicaCount consistent).", "0"),
     k("maxReplicas", "planner", "100", "Upper bound of the plan (keep KEDA's maxReplicaCount consistent).", "8"),
+    k("hpaTolerance", "planner", "0.1", "The HPA's tolerance (Kubernetes' default 0.1; 0 when the ScaledObject sets `behavior.scaleUp/scaleDown.tolerance: 0`). A planned scale-up the HPA would drop as within it is answered as the smallest count it applies.", "0"),
     // cluster (prescale's Kubernetes integration; see scaler/src/cluster/)
     k("karpenterMode", "cluster", "annotate", "`off`: no Karpenter writes; `annotate`: write the headroom hint on the target's NodePool; `headroom`: also keep placeholder pods (negative priority, the target's GPU/MIG requests) so Karpenter provisions nodes one warm-up ahead.", "headroom"),
     k("karpenterResizeStaticNodePools", "cluster", "false", "When the target lands on a static NodePool (`spec.replicas`), resize it for the headroom instead of placeholder pods.", "true"),

@@ -95,6 +95,8 @@ pub struct PlannerSettings {
     pub forecast_model: ForecastModel,
     pub min_replicas: u32,
     pub max_replicas: u32,
+    /// The HPA's tolerance: a change within it of the current count is dropped by the HPA.
+    pub hpa_tolerance: f64,
 }
 
 /// The typed configuration of one ScaledObject trigger.
@@ -242,6 +244,7 @@ fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
         });
     let min_replicas = md.u32("minReplicas", 0);
     let max_replicas = md.u32("maxReplicas", 100);
+    let hpa_tolerance = md.f64_in("hpaTolerance", 0.1, 0.0, 0.99, false);
     if let (Some(lo), Some(hi)) = (min_replicas, max_replicas) {
         if hi == 0 || lo > hi {
             md.error(
@@ -260,6 +263,7 @@ fn parse_planner(md: &mut Metadata<'_>) -> Option<PlannerSettings> {
         forecast_model: forecast_model?,
         min_replicas: min_replicas?,
         max_replicas: max_replicas?,
+        hpa_tolerance: hpa_tolerance?,
     })
 }
 

@@ -3,6 +3,7 @@
 //! the request path reads without I/O.
 
 pub mod clock;
+pub mod hpa;
 pub mod plan;
 pub mod poller;
 pub mod predict;
@@ -620,7 +621,10 @@ impl ScalerState {
             if let Some(c) = &self.cluster {
                 c.report_plan(&self.config.id, dec.desired);
             }
-            let why = dec.reason.to_string();
+            let why = match &p.tolerance_note {
+                Some(note) => format!("{}; {note}", dec.reason),
+                None => dec.reason.to_string(),
+            };
             if plan::planner_answers(self.config.planner.mode) {
                 answer = (dec.desired, format!("planner: {why}"));
             } else {

@@ -110,6 +110,7 @@ mod tests {
             forecast_model: ForecastModel::Auto,
             min_replicas: 0,
             max_replicas: 10,
+            hpa_tolerance: 0.1,
         }
     }
 

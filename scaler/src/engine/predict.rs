@@ -20,6 +20,10 @@ pub struct Predictor {
     settings: PlannerSettings,
     last_t: Option<f64>,
     last_desired: u32,
+    /// The count the HPA holds after our answers (see [`super::hpa`]); `None` before the first.
+    hpa_count: Option<u32>,
+    /// Set when the last answer differs from the plan because of the HPA's tolerance.
+    pub tolerance_note: Option<String>,
 }
 
 /// Backlog figures of the queue signals, summed: what is waiting right now.
@@ -105,6 +109,8 @@ impl Predictor {
             settings: settings.clone(),
             last_t: None,
             last_desired: 0,
+            hpa_count: None,
+            tolerance_note: None,
         })
     }
 
@@ -127,15 +133,29 @@ impl Predictor {
             }
             self.last_t = Some(t_s);
         }
-        let mut d = self.planner.plan(t_s, self.last_desired, 0);
+        // The fleet is what the HPA holds, which a dropped answer leaves unchanged.
+        let current = self.hpa_count.unwrap_or(self.last_desired);
+        let mut d = self.planner.plan(t_s, current, 0);
         // Invariant: never plan below what the demand needs right now (a forecast may
         // only add capacity ahead of time, never take away what is needed now).
-        let floor = super::plan::ceil_replicas(demand).min(self.planner.config().max_replicas);
+        let max = self.planner.config().max_replicas;
+        let floor = super::plan::ceil_replicas(demand).min(max);
         if d.desired < floor {
             d.reason = prescale_forecaster::Reason::Bound { limit: floor };
             d.desired = floor;
         }
-        self.last_desired = d.desired;
+        // A scale-up the HPA would drop is answered past its tolerance.
+        let tol = self.settings.hpa_tolerance;
+        let answer = super::hpa::answer_through_tolerance(d.desired, current, tol, max);
+        self.tolerance_note = (answer != d.desired).then(|| {
+            format!(
+                "answered {answer} for a plan of {}: the HPA drops a change within its tolerance {tol} of {current}",
+                d.desired
+            )
+        });
+        d.desired = answer;
+        self.last_desired = answer;
+        self.hpa_count = Some(super::hpa::applied(current, answer, tol));
         d
     }
 
@@ -169,6 +189,7 @@ mod tests {
             forecast_model: ForecastModel::Auto,
             min_replicas: 0,
             max_replicas: 50,
+            hpa_tolerance: 0.1,
         }
     }
 
@@ -182,6 +203,44 @@ mod tests {
             12.0
         } else {
             2.0
+        }
+    }
+
+    #[test]
+    fn a_scale_up_the_hpa_would_drop_is_answered_past_its_tolerance() {
+        // A fleet of about 11 whose demand creeps up by a replica: with Kubernetes' default
+        // tolerance the HPA would drop 11 → 12, so the answer must be one it applies, and the
+        // planner must plan from the count the HPA holds. With tolerance 0 the plan is the answer.
+        for tol in [0.1, 0.0] {
+            let mut s = settings(false, 120.0);
+            s.hpa_tolerance = tol;
+            let mut p = Predictor::new(&s, 120.0, 15.0).unwrap();
+            let mut held = 0u32;
+            let mut noted = 0;
+            for i in 0..400 {
+                let t = T0 + 15.0 * f64::from(i);
+                let demand = if i < 200 { 10.6 } else { 11.4 };
+                let d = p.step(t, demand);
+                if tol > 0.0 && d.desired > held && held > 0 {
+                    assert_eq!(
+                        super::super::hpa::applied(held, d.desired, tol),
+                        d.desired,
+                        "tick {i}: answered {} from {held}, which the HPA drops",
+                        d.desired
+                    );
+                }
+                if let Some(n) = &p.tolerance_note {
+                    assert!(n.contains("tolerance"), "{n}");
+                    noted += 1;
+                }
+                held = super::super::hpa::applied(held, d.desired, tol);
+                assert!(held >= demand.ceil() as u32, "tick {i}: the HPA holds {held} for a demand of {demand}");
+            }
+            if tol > 0.0 {
+                assert!(noted > 0, "the creep from 11 to 12 replicas was never answered past the tolerance");
+            } else {
+                assert_eq!(noted, 0);
+            }
         }
     }
 
