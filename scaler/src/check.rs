@@ -54,6 +54,9 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 }
                 let md = t.get("metadata").cloned().unwrap_or(serde_yaml_ng::Value::Null);
                 let mut c = check_map(ns, name, i, &md, env);
+                if let Some(cfg) = &c.config {
+                    c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
+                }
                 if std::mem::take(&mut first) {
                     // The HPA's behaviour is the ScaledObject's: said once, on its first trigger.
                     let answered_for = c.config.as_ref().map(|cfg| cfg.planner.hpa_tolerance);
@@ -72,6 +75,30 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
 }
 
 use serde::Deserialize;
+
+/// KEDA's `minReplicaCount`/`maxReplicaCount` against the trigger's `minReplicas`/`maxReplicas`:
+/// the planner plans within its own bounds and KEDA clamps to its, so a planner bound outside
+/// KEDA's is a plan that is never applied (and a fleet the planner does not know it has).
+fn bounds_notes(spec: Option<&serde_yaml_ng::Value>, min: u32, max: u32) -> Vec<String> {
+    let int =
+        |k: &str| spec.and_then(|s| s.get(k)).and_then(|x| x.as_i64().or_else(|| x.as_str()?.trim().parse().ok()));
+    let keda_min = int("minReplicaCount").unwrap_or(0);
+    let keda_max = int("maxReplicaCount").unwrap_or(KEDA_DEFAULT_MAX_REPLICAS);
+    let mut notes = Vec::new();
+    if i64::from(min) != keda_min {
+        notes.push(format!(
+            "minReplicas is {min} but the ScaledObject's minReplicaCount is {keda_min}: KEDA clamps the answer to its \
+             own bounds, so keep them equal"
+        ));
+    }
+    if i64::from(max) != keda_max {
+        notes.push(format!(
+            "maxReplicas is {max} but the ScaledObject's maxReplicaCount is {keda_max}: KEDA clamps the answer to its \
+             own bounds, so keep them equal"
+        ));
+    }
+    notes
+}
 
 /// Kubernetes' HPA defaults (autoscaling/v2): scale-down stabilization and tolerance.
 const HPA_DEFAULT_SCALE_DOWN_STABILIZATION_S: i64 = 300;
@@ -275,6 +302,23 @@ spec:
         let r = check(&two, &BTreeMap::new()).unwrap();
         assert_eq!(r.len(), 2);
         assert!(r[1].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[1].notes);
+    }
+
+    #[test]
+    fn planner_bounds_that_differ_from_kedas_are_noted() {
+        // SO sets neither: KEDA's defaults (0, 100) equal the planner's (0, 100).
+        let r = check(SO, &BTreeMap::new()).unwrap();
+        assert!(r[0].notes.iter().all(|n| !n.contains("Replicas is")), "{:?}", r[0].notes);
+        let so = SO
+            .replace(
+                "  scaleTargetRef: {name: llama}\n",
+                "  scaleTargetRef: {name: llama}\n  minReplicaCount: 1\n  maxReplicaCount: 8\n",
+            )
+            .replace("scaleToZero: true", "scaleToZero: true\n      maxReplicas: 12");
+        let r = check(&so, &BTreeMap::new()).unwrap();
+        let notes = r[0].notes.join("\n");
+        assert!(notes.contains("minReplicas is 0 but the ScaledObject's minReplicaCount is 1"), "{notes}");
+        assert!(notes.contains("maxReplicas is 12 but the ScaledObject's maxReplicaCount is 8"), "{notes}");
     }
 
     #[test]
