@@ -19,9 +19,8 @@ pub struct Predictor {
     pub arrivals: ArrivalEstimator,
     settings: PlannerSettings,
     last_t: Option<f64>,
-    last_desired: u32,
-    /// The count the HPA holds after our answers (see [`super::hpa`]); `None` before the first.
-    hpa_count: Option<u32>,
+    /// The count the HPA holds after our answers (see [`super::hpa`]); 0 before the first.
+    hpa_count: u32,
     /// Set when the last answer differs from the plan because of the HPA's tolerance.
     pub tolerance_note: Option<String>,
 }
@@ -108,8 +107,7 @@ impl Predictor {
             arrivals: ArrivalEstimator::default(),
             settings: settings.clone(),
             last_t: None,
-            last_desired: 0,
-            hpa_count: None,
+            hpa_count: 0,
             tolerance_note: None,
         })
     }
@@ -134,7 +132,7 @@ impl Predictor {
             self.last_t = Some(t_s);
         }
         // The fleet is what the HPA holds, which a dropped answer leaves unchanged.
-        let current = self.hpa_count.unwrap_or(self.last_desired);
+        let current = self.hpa_count;
         let mut d = self.planner.plan(t_s, current, 0);
         // Invariant: never plan below what the demand needs right now (a forecast may
         // only add capacity ahead of time, never take away what is needed now).
@@ -154,8 +152,7 @@ impl Predictor {
             )
         });
         d.desired = answer;
-        self.last_desired = answer;
-        self.hpa_count = Some(super::hpa::applied(current, answer, tol));
+        self.hpa_count = super::hpa::applied(current, answer, tol);
         d
     }
 
