@@ -80,10 +80,8 @@ use serde::Deserialize;
 /// the planner plans within its own bounds and KEDA clamps to its, so a planner bound outside
 /// KEDA's is a plan that is never applied (and a fleet the planner does not know it has).
 fn bounds_notes(spec: Option<&serde_yaml_ng::Value>, min: u32, max: u32) -> Vec<String> {
-    let int =
-        |k: &str| spec.and_then(|s| s.get(k)).and_then(|x| x.as_i64().or_else(|| x.as_str()?.trim().parse().ok()));
-    let keda_min = int("minReplicaCount").unwrap_or(0);
-    let keda_max = int("maxReplicaCount").unwrap_or(KEDA_DEFAULT_MAX_REPLICAS);
+    let keda_min = yaml_int(spec.and_then(|s| s.get("minReplicaCount"))).unwrap_or(0);
+    let keda_max = keda_max_replicas(spec);
     let mut notes = Vec::new();
     if i64::from(min) != keda_min {
         notes.push(format!(
@@ -106,6 +104,16 @@ const HPA_DEFAULT_TOLERANCE: f64 = 0.1;
 /// KEDA's default `maxReplicaCount`.
 const KEDA_DEFAULT_MAX_REPLICAS: i64 = 100;
 
+/// An integer field of the YAML, written as a number or as a string of one.
+fn yaml_int(v: Option<&serde_yaml_ng::Value>) -> Option<i64> {
+    v.and_then(|x| x.as_i64().or_else(|| x.as_str()?.trim().parse().ok()))
+}
+
+/// The ScaledObject's `maxReplicaCount`, or KEDA's default.
+fn keda_max_replicas(spec: Option<&serde_yaml_ng::Value>) -> i64 {
+    yaml_int(spec.and_then(|s| s.get("maxReplicaCount"))).unwrap_or(KEDA_DEFAULT_MAX_REPLICAS)
+}
+
 /// What the HPA that KEDA creates for this ScaledObject would do to prescale's answers: the
 /// replay (and the plan) assume the answered count is applied at once, in both directions.
 /// Notes, not errors: these are choices, and `tolerance` needs a feature gate.
@@ -116,14 +124,13 @@ fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>, answered_for: Option<
         .and_then(|a| a.get("horizontalPodAutoscalerConfig"))
         .and_then(|h| h.get("behavior"));
     let rules = |dir: &str| behavior.and_then(|b| b.get(dir));
-    let int = |v: Option<&serde_yaml_ng::Value>| v.and_then(|x| x.as_i64().or_else(|| x.as_str()?.trim().parse().ok()));
     // A tolerance is a Kubernetes quantity: `0.05` or `50m`.
     let num = |v: Option<&serde_yaml_ng::Value>| {
         v.and_then(|x| x.as_f64().or_else(|| crate::cluster::capacity::parse_quantity(x.as_str()?)))
     };
     let path = "spec.advanced.horizontalPodAutoscalerConfig.behavior";
     let mut notes = Vec::new();
-    let down = int(rules("scaleDown").and_then(|r| r.get("stabilizationWindowSeconds")));
+    let down = yaml_int(rules("scaleDown").and_then(|r| r.get("stabilizationWindowSeconds")));
     let down_s = down.unwrap_or(HPA_DEFAULT_SCALE_DOWN_STABILIZATION_S);
     if down_s > 0 {
         let default = if down.is_none() { " (Kubernetes' default)" } else { "" };
@@ -134,13 +141,13 @@ fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>, answered_for: Option<
              capacity through a warm-up: set {path}.scaleDown.stabilizationWindowSeconds: 0"
         ));
     }
-    if let Some(up) = int(rules("scaleUp").and_then(|r| r.get("stabilizationWindowSeconds"))).filter(|&s| s > 0) {
+    if let Some(up) = yaml_int(rules("scaleUp").and_then(|r| r.get("stabilizationWindowSeconds"))).filter(|&s| s > 0) {
         notes.push(format!(
             "the HPA's scale-up stabilization is {up} s: every pre-scale order reaches the fleet up to {up} s late, \
              on top of the warm-up it was planned for: set {path}.scaleUp.stabilizationWindowSeconds: 0"
         ));
     }
-    let max = int(spec.and_then(|s| s.get("maxReplicaCount"))).unwrap_or(KEDA_DEFAULT_MAX_REPLICAS);
+    let max = keda_max_replicas(spec);
     let tol = |dir: &str| num(rules(dir).and_then(|r| r.get("tolerance"))).unwrap_or(HPA_DEFAULT_TOLERANCE);
     let (tol_up, tol_down) = (tol("scaleUp"), tol("scaleDown"));
     // From n replicas the HPA applies n ± 1 only if 1/n exceeds the tolerance.
