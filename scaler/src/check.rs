@@ -150,9 +150,20 @@ fn hpa_behavior_notes(spec: Option<&serde_yaml_ng::Value>, answered_for: Option<
     let max = keda_max_replicas(spec);
     let tol = |dir: &str| num(rules(dir).and_then(|r| r.get("tolerance"))).unwrap_or(HPA_DEFAULT_TOLERANCE);
     let (tol_up, tol_down) = (tol("scaleUp"), tol("scaleDown"));
-    // From n replicas the HPA applies n ± 1 only if 1/n exceeds the tolerance.
-    let blind_from = |t: f64| if t > 0.0 { (1.0 / t).ceil().max(1.0) as i64 } else { i64::MAX };
-    let from = blind_from(tol_up).min(blind_from(tol_down));
+    // The smallest fleet from which the HPA drops a one-replica move (n → n + 1 or n → n − 1),
+    // by the HPA's own float ratio (`hpa::applied`, as `serve` models it): near 1/tolerance.
+    let blind_from = |t: f64, step: i64| {
+        if t.is_nan() || t <= 0.0 {
+            return i64::MAX;
+        }
+        let near = (1.0 / t).floor().clamp(1.0, 1e9) as i64;
+        let dropped = |n: i64| match (u32::try_from(n), u32::try_from(n + step)) {
+            (Ok(cur), Ok(ans)) => crate::engine::hpa::applied(cur, ans, t) == cur,
+            _ => false,
+        };
+        (near.saturating_sub(2).max(1)..near + 4).find(|&n| dropped(n)).unwrap_or(near)
+    };
+    let from = blind_from(tol_up, 1).min(blind_from(tol_down, -1));
     if from <= max {
         notes.push(format!(
             "the HPA ignores an answer within its tolerance (scale-up {tol_up}, scale-down {tol_down}) of the current \
@@ -285,11 +296,12 @@ spec:
         let tuned = tuned.replace("scaleToZero: true", "scaleToZero: true\n      hpaTolerance: 0");
         let r = check(&tuned, &BTreeMap::new()).unwrap();
         assert!(r[0].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[0].notes);
-        // A 5 % tolerance (as a quantity) leaves one-replica moves blind from 20 replicas on.
+        // A 5 % tolerance (as a quantity): 21/20 and 19/20 are just past 0.05 in f64, so one-replica
+        // moves are dropped from 21 replicas on (not ceil(1/0.05) = 20).
         let loose = tuned.replace("tolerance: 0}", "tolerance: 50m}").replace("hpaTolerance: 0", "hpaTolerance: 0.05");
         let r = check(&loose, &BTreeMap::new()).unwrap();
         assert!(
-            r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 20 replicas")),
+            r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 21 replicas")),
             "{:?}",
             r[0].notes
         );
