@@ -300,6 +300,9 @@ pub struct Snapshot {
     /// How much the recent spread of the forecast errors widens those quantiles now (1 to
     /// 1.5; see `RatioTracker`).
     pub error_spread_scale: f64,
+    /// Slope of the step at a change point on how far the rate dipped below its hour's level
+    /// (−1 to 0; its negative times the dip widens the margin after a dip; see `Reversion`).
+    pub dip_reversion_slope: f64,
     pub grid_period_s: Option<f64>,
     pub idle: IdleStats,
     pub budget: BudgetStats,
@@ -324,6 +327,11 @@ struct Pending {
     point: f64,
     regime: Regime,
     peak: f64,
+    /// How far the current rate dipped below its level (ln, ≤ 0), the reversion shift (ln)
+    /// applied to the quantile for this forecast (see [`Reversion`]), and the current rate.
+    dip: f64,
+    shift: f64,
+    current: f64,
 }
 
 /// Calibration of the forecast's upper quantile: ln(outcome / point forecast) of resolved
@@ -442,6 +450,64 @@ impl RatioTracker {
     fn candidate_quantiles(&self, point: f64) -> Option<[f64; CF_NQ]> {
         let f = self.vol_scale() / self.spread_factor(point);
         self.q.quantiles(&CF_QS).map(|z| z.map(|z| z * f))
+    }
+}
+
+/// Mean reversion at change points: a rate that dips below its level tends to come back at
+/// the next change (a dip refills; aggregated demand at a low relative to its last hour rises
+/// more often and further than elsewhere). The step at a change, `ln(next / current)`, is
+/// regressed on how far the current rate dips below its level, `d = min(0, ln(current /
+/// level))` (both standardised as in [`RatioTracker`], weighted by independent outcomes and
+/// forgotten with a half-life of `REVERSION_HALF_LIFE` outcomes). The slope `β`, clamped to
+/// [−1, 0] (reversion only, never a chase), shifts the quantile read at a change point by
+/// `β·d ≥ 0`, and the ratio tracker records each outcome net of the shift it was forecast with:
+/// the margin widens after a dip and the dips' large steps no longer widen every other
+/// window's. Demand without reversion keeps `β` near 0, and nothing changes.
+///
+/// Only dips shift: a symmetric stretch (spikes narrowing the margin) bought more on the
+/// 14-day aggregate but lost to reactive on a sparse client at W = 420 s, whose rises go on.
+#[derive(Debug, Clone, Default)]
+struct Reversion {
+    sxx: f64,
+    sxy: f64,
+    weight: f64,
+}
+
+/// Half-life of the reversion fit, in independent outcomes (about two days of 10-min windows).
+const REVERSION_HALF_LIFE: f64 = 288.0;
+/// Time constant of the level a dip is measured from, seconds (the slow level behind the
+/// standing levels, `LEVEL_TAU_S`, follows a dip within a 10-min window; an hour keeps the
+/// level it reverts to: 30 min and 2 h both bought less on the 14-day aggregate).
+const REVERSION_TAU_S: f64 = 3600.0;
+/// Deepest dip (ln) a shift is read at: a client falling silent stands far below any level,
+/// and its margin must not grow without bound with it.
+const DIP_LIMIT: f64 = 1.5;
+/// Independent outcomes before the reversion slope is used.
+const REVERSION_MIN_WEIGHT: f64 = 50.0;
+
+impl Reversion {
+    fn record(&mut self, d: f64, r: f64, s: f64, weight: f64) {
+        let (x, y) = (d * s, r * s);
+        if !(x.is_finite() && y.is_finite() && weight.is_finite() && weight > 0.0) || x.abs() > 1e6 || y.abs() > 1e6 {
+            return;
+        }
+        let g = 0.5f64.powf(weight / REVERSION_HALF_LIFE);
+        self.sxx = g * self.sxx + weight * x * x;
+        self.sxy = g * self.sxy + weight * x * y;
+        self.weight += weight;
+    }
+
+    /// The fitted slope (0 until there is enough evidence).
+    fn beta(&self) -> f64 {
+        if self.weight < REVERSION_MIN_WEIGHT || self.sxx <= 0.0 {
+            return 0.0;
+        }
+        let b = self.sxy / self.sxx;
+        if b.is_finite() {
+            b.clamp(-1.0, 0.0)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -1129,11 +1195,14 @@ pub struct Planner {
     pending: VecDeque<Pending>,
     ratio_generic: RatioTracker,
     ratio_grid: RatioTracker,
+    reversion: Reversion,
     /// Demand of the first interval after an idle gap, ln(replicas).
     wake_level: QuantileTracker,
     was_idle: bool,
     cached: Option<ForecastSummary>,
     cached_regime: Regime,
+    /// The reversion shift of the cached forecast (ln; 0 off change points).
+    cached_shift: f64,
     cached_members: ([f64; MEMBERS], [bool; MEMBERS]),
     intervals_seen: u64,
     recent_need: VecDeque<(f64, u32)>,
@@ -1157,6 +1226,9 @@ pub struct Planner {
     /// Slow mean arrival rate (req/s), time constant `LEVEL_TAU_S`.
     level: f64,
     level_t: f64,
+    /// Slower mean arrival rate (req/s), time constant `REVERSION_TAU_S`: the level a
+    /// change point's dip is measured from.
+    base: f64,
     /// Arrival rate smoothed over about a minute (req/s).
     rate_1m: f64,
     /// Fleet size at the first decision.
@@ -1252,10 +1324,12 @@ impl Planner {
             pending: VecDeque::with_capacity(PENDING_CAP),
             ratio_generic: RatioTracker::new(cfg.capacity, cfg.max_replicas),
             ratio_grid: RatioTracker::new(cfg.capacity, cfg.max_replicas),
+            reversion: Reversion::default(),
             wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
             was_idle: true,
             cached: None,
             cached_regime: Regime::Generic,
+            cached_shift: 0.0,
             cached_members: ([0.0; MEMBERS], [false; MEMBERS]),
             intervals_seen: 0,
             recent_need: VecDeque::new(),
@@ -1269,6 +1343,7 @@ impl Planner {
             cand_idx: None,
             blend: None,
             level: 0.0,
+            base: 0.0,
             level_t: 0.0,
             rate_1m: 0.0,
             first_n: None,
@@ -1348,6 +1423,8 @@ impl Planner {
         }
         let g = 1.0 - (-dt / LEVEL_TAU_S).exp();
         self.level += g * (mass / dt - self.level);
+        let gb = 1.0 - (-dt / REVERSION_TAU_S).exp();
+        self.base += gb * (mass / dt - self.base);
         let g1 = 1.0 - (-dt / 60.0).exp();
         self.rate_1m += g1 * (mass / dt - self.rate_1m);
         self.level_t += dt;
@@ -1471,7 +1548,13 @@ impl Planner {
             let r = ((y + eps) / (p.point + eps)).ln();
             match p.regime {
                 Regime::Generic => self.ratio_generic.record(r, weight, p.point, i),
-                Regime::GridChange => self.ratio_grid.record(r, weight, p.point, i),
+                Regime::GridChange => {
+                    let s = self.ratio_grid.spread_factor(p.point);
+                    // The step itself, not the horizon's peak (which the current window censors).
+                    let step = ((x + eps) / (p.current + eps)).ln();
+                    self.reversion.record(p.dip, step, s, weight);
+                    self.ratio_grid.record(r - p.shift, weight, p.point, i);
+                }
                 Regime::GridSteady | Regime::Idle => {}
             }
         }
@@ -1646,12 +1729,18 @@ impl Planner {
             Regime::GridChange => &self.ratio_grid,
             _ => &self.ratio_generic,
         };
+        let (dip, shift) = if regime == Regime::GridChange {
+            let d = self.dip(current, eps);
+            (d, self.reversion.beta() * d)
+        } else {
+            (0.0, 0.0)
+        };
         let mut upper = match regime {
             Regime::GridSteady => current,
             Regime::Idle => point.max(0.0),
             _ => {
                 let lr = if tracker.calibrated() {
-                    tracker.quantile(q, point).unwrap_or(0.7)
+                    tracker.quantile(q, point).unwrap_or(0.7) + shift
                 } else {
                     // Not calibrated yet: a generous margin.
                     0.7
@@ -1667,7 +1756,19 @@ impl Planner {
         if self.pending.len() == PENDING_CAP {
             self.pending.pop_front();
         }
-        self.pending.push_back(Pending { t_made: t, t_end: t + h, f, avail: a, point, regime, peak: 0.0 });
+        self.pending.push_back(Pending {
+            t_made: t,
+            t_end: t + h,
+            f,
+            avail: a,
+            point,
+            regime,
+            peak: 0.0,
+            dip,
+            shift,
+            current,
+        });
+        self.cached_shift = shift;
         self.cached_regime = regime;
         self.cached_members = (f, a);
         self.cached = Some(ForecastSummary {
@@ -1714,6 +1815,19 @@ impl Planner {
         p.clamp(0.0, 1.0)
     }
 
+    /// How far `current` dips below the hour's mean rate: `min(0, ln(current / level))`,
+    /// bounded by `DIP_LIMIT` (see [`Reversion`]).
+    fn dip(&self, current: f64, eps: f64) -> f64 {
+        let c = 1.0 - (-self.level_t / REVERSION_TAU_S).exp();
+        let base = if c > 1e-9 { (self.base / c).max(0.0) } else { 0.0 };
+        let d = ((current + eps) / (base + eps)).ln();
+        if d.is_finite() {
+            d.clamp(-DIP_LIMIT, 0.0)
+        } else {
+            0.0
+        }
+    }
+
     /// Slow mean arrival rate (bias-corrected EWMA).
     fn slow_level(&self) -> f64 {
         let c = 1.0 - (-self.level_t / LEVEL_TAU_S).exp();
@@ -1739,7 +1853,7 @@ impl Planner {
         let mut mix = [0.0; CF_QS.len()];
         if calibrated {
             if let Some(v) = tracker.candidate_quantiles(fc.point) {
-                lr = v;
+                lr = v.map(|l| l + self.cached_shift);
             }
         }
         for (k, &q) in CF_QS.iter().enumerate() {
@@ -2014,6 +2128,7 @@ impl Planner {
             last_forecast: self.cached.clone(),
             ratio_quantiles: [rq(0.5), rq(0.9), rq(0.99)],
             error_spread_scale: tr.vol_scale(),
+            dip_reversion_slope: self.reversion.beta(),
             grid_period_s: self.grid.period(),
             idle: IdleStats {
                 idle_for_s: tau,
@@ -2403,6 +2518,70 @@ mod tests {
         feed_to(&mut p, b);
         p.plan(b, 10, 0);
         assert_eq!(p.cached_regime, Regime::GridChange);
+    }
+
+    #[test]
+    fn reversion_learns_how_far_a_dip_comes_back_and_never_a_chase() {
+        let mut st = 5u64;
+        let fit = |slope: f64, st: &mut u64, n: usize| {
+            let mut r = Reversion::default();
+            for k in 0..n {
+                let d = if k % 3 == 0 { -0.6 * (1.0 + 0.3 * normal(st)).abs() } else { 0.0 };
+                r.record(d, slope * d + 0.1 * normal(st), 2.0, 1.0);
+            }
+            r
+        };
+        // A dip that refills half its depth: β ≈ −0.5.
+        let refill = fit(-0.5, &mut st, 600);
+        assert!((refill.beta() + 0.5).abs() < 0.1, "β {}", refill.beta());
+        // Steps unrelated to the dip: β ≈ 0; a dip that deepens (a chase) is clamped to 0.
+        assert!(fit(0.0, &mut st, 600).beta().abs() < 0.1);
+        assert_eq!(fit(0.5, &mut st, 600).beta(), 0.0);
+        // Too little evidence: no shift yet.
+        assert_eq!(fit(-0.5, &mut st, 45).beta(), 0.0);
+        // Non-finite or absurd inputs are ignored.
+        let mut r = refill.clone();
+        r.record(f64::NAN, 1.0, 2.0, 1.0);
+        r.record(-1.0, f64::INFINITY, 2.0, 1.0);
+        r.record(-1e300, 1e300, 2.0, 1.0);
+        assert_eq!(r.beta(), refill.beta());
+    }
+
+    #[test]
+    fn a_dip_that_refills_widens_the_margin_of_its_change() {
+        // 600-s windows at 40 req/s (±5 %), every 7th one dipping to 20 and refilling at the
+        // next change. After three days the planner has learned that a dip comes back: at the
+        // change after a dip its upper forecast covers the refill, far above what the ratio
+        // tracker alone (no shift) gives at that point.
+        let w = 180.0;
+        let mut p = planner(w);
+        let mut st = 17u64;
+        let rates: Vec<f64> =
+            (0..3 * 144 + 12).map(|k| if k % 7 == 5 { 20.0 } else { 40.0 * (1.0 + 0.05 * normal(&mut st)) }).collect();
+        let rate = |t: f64| rates[(t / 600.0).floor() as usize];
+        let mut t = 0.0;
+        // Up to the decision that plans the change after the last full day's final dip.
+        let b = (3.0 * 144.0 + 1.0) * 600.0;
+        // (Dips every 7th window: not at the same time of day, so no seasonal member knows.)
+        assert_eq!(rate(b - 1.0), 20.0, "the window before the change is a dip");
+        while t < b - w {
+            p.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
+            t += 15.0;
+        }
+        p.plan(b - w, 20, 0);
+        assert_eq!(p.cached_regime, Regime::GridChange);
+        let beta = p.reversion.beta();
+        assert!(beta < -0.5, "β {beta}");
+        assert!(p.cached_shift > 0.3, "shift {}", p.cached_shift);
+        let eps = 0.05 * p.cfg.capacity;
+        // The forecast at the configured quantile (what /debug shows).
+        let fc = p.cached.clone().unwrap();
+        let unshifted = (fc.point + eps) * p.ratio_grid.quantile(p.cfg.quantile, fc.point).unwrap().exp() - eps;
+        assert!(fc.upper >= 38.0 && fc.upper > unshifted + 5.0, "upper {} vs unshifted {unshifted}", fc.upper);
+        // Every candidate margin the counterfactual choice weighs is shifted alike.
+        let snap = p.order_snap(b - w, &fc);
+        let plain = p.ratio_grid.candidate_quantiles(fc.point).unwrap();
+        assert!(snap.lr.iter().zip(plain).all(|(s, q)| (s - q - p.cached_shift).abs() < 1e-9));
     }
 
     #[test]

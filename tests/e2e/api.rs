@@ -184,5 +184,8 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     // ...and how much the recent spread of its forecast errors widens its margin now.
     let spread = one["triggers"][0]["planner"]["error_spread_scale"].as_f64();
     assert!(spread.is_some_and(|v| (1.0..=1.5).contains(&v)), "{one}");
+    // ...and how strongly a dip below the hour's level widens the next change's margin.
+    let slope = one["triggers"][0]["planner"]["dip_reversion_slope"].as_f64();
+    assert!(slope.is_some_and(|v| (-1.0..=0.0).contains(&v)), "{one}");
     assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
 }
