@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 
 use crate::policy::{Observation, Policy, Scenario};
+use crate::sim::{settle_backlog, tie};
 use crate::trace::Trace;
 
 /// `r_k` for every decision interval of `trace` (`ceil(T / I)` values).
@@ -54,9 +55,10 @@ fn run_interval(b0: f64, arrivals: &[f64], r: u64, mu: f64, slo: f64) -> (bool, 
     let mut b = b0;
     let mut ok = true;
     for &a in arrivals {
-        b = (b + a - cap).max(0.0);
-        // `NaN` (from a degenerate μ or slo) counts as over the bound.
-        if b.is_nan() || bound.is_nan() || b > bound {
+        b = settle_backlog((b + a - cap).max(0.0));
+        // `NaN` (from a degenerate μ or slo) counts as over the bound; a backlog at the bound
+        // within rounding is at it.
+        if b.is_nan() || bound.is_nan() || b > bound + tie(bound) {
             ok = false;
         }
     }
@@ -261,6 +263,16 @@ mod tests {
         // slo 0: must drain every second.
         assert_eq!(oracle_plan(&t, 1.0, 0.0, 2, 0), vec![0, 3, 5, 0, 0]);
         assert!(oracle_plan(&tr(&[]), 1.0, 1.0, 2, 0).is_empty());
+    }
+
+    #[test]
+    fn oracle_reads_a_backlog_at_its_bound_as_exact_arithmetic_does() {
+        // 1.7 req/s (not an f64), μ = 0.5, slo = 5, I = 15: 3 replicas fall behind by 0.2 req/s.
+        // k0: B 0 → 3; k1: 3 → 6; k2: 6 would pass 7.5 = 3·0.5·5, so 4 replicas: 6 → 1.5;
+        // k3: 1.5 → 4.5; k4: 4.5 → exactly 7.5 at its last second: at the bound, so 3 suffice
+        // (f64's 7.500000000000001 read literally asked for 4 and shifted the rest).
+        let t = trace_from_rates(150, &[1.7]);
+        assert_eq!(oracle_plan(&t, 0.5, 5.0, 15, 0), vec![3, 3, 4, 3, 3, 4, 3, 4, 3, 3]);
     }
 
     #[test]

@@ -16,11 +16,14 @@
 //!   `s' > s − 300` survive (the HPA stabilisation window is "after now − 300 s"), so the largest
 //!   kept raw is never below the current raw.
 //! - Arithmetic is IEEE `f64` in the order written: `ceil(min(rate, ready·μ) / (0.8·μ))`,
-//!   `ceil(ready / 0.8)`, `ceil(q / (μ·slo))`; results saturate at `u32::MAX`.
+//!   `ceil(ready / 0.8)`, `ceil(q / (μ·slo))`, with ties read as exact arithmetic reads them
+//!   (a ceil within rounding of an integer is that integer, `rate > ready·μ` must exceed it by
+//!   more than rounding; see `sim`'s notes); results saturate at `u32::MAX`.
 
 use std::collections::VecDeque;
 
 use crate::policy::{Observation, Policy, Scenario};
+use crate::sim::{ceil_tie, tie};
 
 /// KEDA's default `cooldownPeriod` and the HPA's default scale-down stabilisation, seconds.
 pub const COOLDOWN_S: u64 = 300;
@@ -52,9 +55,10 @@ impl ReactivePolicy {
     }
 }
 
+/// `ceil` within rounding ([`ceil_tie`]: `1.2 / 0.4` is 3, as written), as a count.
 fn ceil_count(x: f64) -> u64 {
     // `as` saturates and maps NaN to 0.
-    x.ceil() as u64
+    ceil_tie(x) as u64
 }
 
 impl Policy for ReactivePolicy {
@@ -71,7 +75,7 @@ impl Policy for ReactivePolicy {
         let q = obs.backlog.last().copied().unwrap_or(0.0);
         let ready = f64::from(obs.ready);
 
-        let util = if rate > ready * mu && obs.ready > 0 {
+        let util = if rate > ready * mu + tie(ready * mu) && obs.ready > 0 {
             ceil_count(ready / UTIL_TARGET)
         } else {
             ceil_count(rate.min(ready * mu) / (UTIL_TARGET * mu))

@@ -126,6 +126,78 @@ fn replay_into_a_closed_pipe_exits_quietly_and_still_writes_its_files() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Replay `trace` with every policy, then score the written plan with `scripts/rescore.py`,
+/// an outside scorer written from REPLAY.md alone (Python, exact arithmetic, no code shared),
+/// and check that it reproduces the summary: the scenario's defaults, the oracle's cost, the
+/// plan's score and the reactive policy's (which it runs itself).
+fn rescored_by_an_outside_scorer(dir: &std::path::Path, trace: &std::path::Path, args: &[&str]) {
+    let (plan, summary) = (dir.join("plan.csv"), dir.join("summary.json"));
+    let mut all = vec!["replay", "--trace", trace.to_str().unwrap(), "--policy", "all"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--plan-out", plan.to_str().unwrap(), "--summary-out", summary.to_str().unwrap()]);
+    let (ok, _, err) = prescale(&all);
+    assert!(ok, "{err}");
+    let ours: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/rescore.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--trace", trace.to_str().unwrap(), "--plan", plan.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("python3 runs the outside scorer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let theirs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sc = &ours["scenario"];
+    assert_eq!(sc["initial_replicas"], theirs["initial_replicas"], "{ours}\n{theirs}");
+    assert_eq!(sc["max_replicas"], theirs["max_replicas"]);
+    assert_eq!(ours["trace_seconds"], theirs["trace_seconds"]);
+    assert_eq!(ours["oracle_replica_seconds"].as_f64(), theirs["oracle_replica_seconds"].as_f64(), "oracle");
+    let row = |name: &str| ours["policies"].as_array().unwrap().iter().find(|r| r["policy"] == name).unwrap().clone();
+    for (mine, outside) in [(row("prescale"), &theirs["plan"]), (row("reactive"), &theirs["reactive"])] {
+        let what = mine["policy"].as_str().unwrap().to_string();
+        let att = (mine["slo_attainment"].as_f64().unwrap(), outside["slo_attainment"].as_f64().unwrap());
+        assert!((att.0 - att.1).abs() < 1e-9, "{what}: attainment {} vs {}", att.0, att.1);
+        assert_eq!(mine["replica_seconds"].as_f64(), outside["replica_seconds"].as_f64(), "{what}: replica-seconds");
+        assert_eq!(mine["replica_starts"], outside["replica_starts"], "{what}: starts");
+        for q in ["p50_delay_s", "p99_delay_s"] {
+            assert_eq!(mine[q].as_f64(), outside[q].as_f64(), "{what}: {q}");
+        }
+    }
+    // The plan's row is the summary's headline.
+    assert_eq!(ours["replica_seconds"], row("prescale")["replica_seconds"]);
+}
+
+#[test]
+fn an_outside_scorer_written_from_replay_md_reproduces_the_summary() {
+    let dir = std::env::temp_dir().join(unique("prescale-rescore"));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A request log with bursts (W = 60 s), and the first two days of the bundled real rate
+    // series at W = 420 s (fractional rates, daily swings, a change every 10 minutes).
+    let log = dir.join("log.csv");
+    std::fs::write(&log, request_log()).unwrap();
+    rescored_by_an_outside_scorer(&dir, &log, &["--capacity", "0.5", "--warmup", "60", "--slo", "5"]);
+    let bundled = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/traces/servegen-m-large-14d.csv");
+    let text = std::fs::read_to_string(bundled).unwrap();
+    let two_days: Vec<&str> = text.lines().take(1 + 2 * 144).collect();
+    let series = dir.join("two-days.csv");
+    std::fs::write(&series, two_days.join("\n") + "\n").unwrap();
+    rescored_by_an_outside_scorer(&dir, &series, &["--capacity", "25", "--warmup", "420", "--slo", "5"]);
+    // A sparse client: idle windows (scale to zero, the cooldown, wake-ups) between bursts.
+    // Its rates are tenths, which f64 cannot hold: backlogs that reach the oracle's bound
+    // exactly and residues of 1e-17 are ties that exact arithmetic decides (`sim::tie`).
+    let sparse: String = std::iter::once("window_start_s,rate_rps".to_string())
+        .chain((0..144).map(|k| {
+            let rate = if k % 5 < 2 || k % 11 == 3 { 0.0 } else { f64::from(k * 37 % 23) / 10.0 };
+            format!("{},{rate:.4}", k * 600)
+        }))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let sparse_path = dir.join("sparse.csv");
+    std::fs::write(&sparse_path, sparse + "\n").unwrap();
+    rescored_by_an_outside_scorer(&dir, &sparse_path, &["--capacity", "0.5", "--warmup", "180", "--slo", "5"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn replay_rejects_bad_input_clearly() {
     let dir = std::env::temp_dir().join(unique("prescale-replay-bad"));
