@@ -1725,10 +1725,7 @@ impl Planner {
         }
         let q = self.cfg.quantile;
         let eps = 0.05 * self.cfg.capacity;
-        let tracker = match regime {
-            Regime::GridChange => &self.ratio_grid,
-            _ => &self.ratio_generic,
-        };
+        let tracker = self.tracker(regime);
         let (dip, shift) = if regime == Regime::GridChange {
             let d = self.dip(current, eps);
             (d, self.reversion.beta() * d)
@@ -1815,6 +1812,15 @@ impl Planner {
         p.clamp(0.0, 1.0)
     }
 
+    /// The error calibration a forecast in `regime` reads its margin from: change points on a
+    /// grid have their own (a window's step), everything else the generic one.
+    fn tracker(&self, regime: Regime) -> &RatioTracker {
+        match regime {
+            Regime::GridChange => &self.ratio_grid,
+            _ => &self.ratio_generic,
+        }
+    }
+
     /// How far `current` dips below the hour's mean rate: `min(0, ln(current / level))`,
     /// bounded by `DIP_LIMIT` (see [`Reversion`]).
     fn dip(&self, current: f64, eps: f64) -> f64 {
@@ -1841,10 +1847,7 @@ impl Planner {
     /// Everything a candidate margin needs to turn the current forecast into an order.
     fn order_snap(&self, t: f64, fc: &ForecastSummary) -> OrderSnap {
         let regime = self.cached_regime;
-        let tracker = match regime {
-            Regime::GridChange => &self.ratio_grid,
-            _ => &self.ratio_generic,
-        };
+        let tracker = self.tracker(regime);
         let calibrated = tracker.calibrated();
         let (f, a) = self.cached_members;
         let w = &fc.weights;
