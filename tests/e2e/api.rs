@@ -173,6 +173,8 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     assert!(pr["snapshot"]["reason"].as_str().unwrap().starts_with("planner:"), "{pr}");
     assert_eq!(pr["snapshot"]["planner"]["warmupPlannedSeconds"], 120.0);
     assert!(pr["snapshot"]["planner"]["forecast"].is_object(), "{pr}");
+    // Without a cluster the planner plans from the count its answers left the HPA at.
+    assert_eq!(pr["snapshot"]["planner"]["fleet"]["from"], "answers", "{pr}");
     // The per-ScaledObject page carries the planner's history.
     let (code, one) = srv.get("/debug/scalers/ml/predictive").await;
     assert_eq!(code, 200);

@@ -581,6 +581,10 @@ async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_repl
         }
     })
     .await;
+    // ...and plans from the target's three pods as the pod watch shows them.
+    let fleet = &d["snapshot"]["planner"]["fleet"];
+    assert_eq!(fleet["from"], "pods", "{fleet}");
+    assert_eq!(fleet["ready"].as_u64().unwrap() + fleet["warming"].as_u64().unwrap(), 3, "{fleet}");
 
     // Capacity: h100-old has one free 3g.40gb; h100-new is full; the tainted nodes are
     // tolerated; the time-sliced node shows 3 free shared GPUs in its pool.

@@ -617,6 +617,12 @@ impl ScalerState {
                     }
                 }
             }
+            // cluster: plan from the target's pods as they are (Ready or still starting).
+            if let Some(pods) = self.cluster.as_ref().and_then(|c| c.target_pods(&self.config.id)) {
+                let ready = pods.pods.iter().filter(|(_, r)| *r).count();
+                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                p.observe_fleet(count(ready), count(pods.pods.len() - ready));
+            }
             let dec = p.step(tick_ms as f64 / 1000.0, observed);
             if let Some(c) = &self.cluster {
                 c.report_plan(&self.config.id, dec.desired);
@@ -643,6 +649,11 @@ impl ScalerState {
                 "arrivalRate": arrival_rate,
                 "warmupPlannedSeconds": p.planner().warmup_planned(),
                 "forecast": dec.forecast,
+                "fleet": {
+                    "ready": p.planned_from.0,
+                    "warming": p.planned_from.1,
+                    "from": if p.planned_from.2 { "pods" } else { "answers" },
+                },
             }));
         } else if let Some(err) = &self.predictor_error {
             answer.1 = format!("{reactive_reason} (planner disabled: {err})");

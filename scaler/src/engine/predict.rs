@@ -21,6 +21,11 @@ pub struct Predictor {
     last_t: Option<f64>,
     /// The count the HPA holds after our answers (see [`super::hpa`]); 0 before the first.
     hpa_count: u32,
+    /// The scale target's pods as the cluster sees them for the next step: (Ready, not yet
+    /// Ready). Taken by [`Predictor::step`]; without it the fleet is `hpa_count`, all ready.
+    fleet: Option<(u32, u32)>,
+    /// The fleet the last step planned from: (ready, warming, seen in the cluster's pods).
+    pub planned_from: (u32, u32, bool),
     /// Set when the last answer differs from the plan because of the HPA's tolerance.
     pub tolerance_note: Option<String>,
 }
@@ -108,6 +113,8 @@ impl Predictor {
             settings: settings.clone(),
             last_t: None,
             hpa_count: 0,
+            fleet: None,
+            planned_from: (0, 0, false),
             tolerance_note: None,
         })
     }
@@ -131,9 +138,15 @@ impl Predictor {
             }
             self.last_t = Some(t_s);
         }
-        // The fleet is what the HPA holds, which a dropped answer leaves unchanged.
-        let current = self.hpa_count;
-        let mut d = self.planner.plan(t_s, current, 0);
+        // The fleet is the target's pods where the cluster shows them (the HPA's own rate
+        // limits, KEDA's fallback and a manual `kubectl scale` are in them, and pods still
+        // starting are warming, not serving), else what the HPA holds after our answers, which
+        // a dropped answer leaves unchanged.
+        let seen = self.fleet.take();
+        let (ready, warming) = seen.unwrap_or((self.hpa_count, 0));
+        self.planned_from = (ready, warming, seen.is_some());
+        let current = ready.saturating_add(warming);
+        let mut d = self.planner.plan(t_s, ready, warming);
         // Invariant: never plan below what the demand needs right now (a forecast may
         // only add capacity ahead of time, never take away what is needed now).
         let max = self.planner.config().max_replicas;
@@ -154,6 +167,12 @@ impl Predictor {
         d.desired = answer;
         self.hpa_count = super::hpa::applied(current, answer, tol);
         d
+    }
+
+    /// The scale target's pods for the next step: `ready` Ready, `warming` not yet (from the
+    /// cluster's pod watch; see `crate::cluster::Cluster::target_pods`).
+    pub fn observe_fleet(&mut self, ready: u32, warming: u32) {
+        self.fleet = Some((ready, warming));
     }
 
     pub fn settings(&self) -> &PlannerSettings {
@@ -239,6 +258,31 @@ mod tests {
                 assert_eq!(noted, 0);
             }
         }
+    }
+
+    #[test]
+    fn plans_from_the_fleet_the_cluster_shows() {
+        // The planner's answers left the HPA at 10, but someone scaled the target to 11 by
+        // hand and the pod watch shows 11 Ready pods. A plan of 12 is then a move the HPA
+        // drops from 11 (12/11 is within 0.1): the answer must be one it applies from 11, not
+        // the 12 that would do from the 10 of the model.
+        let s = settings(false, 120.0);
+        let mut p = Predictor::new(&s, 120.0, 15.0).unwrap();
+        let mut t = T0;
+        for _ in 0..200 {
+            p.step(t, 9.5);
+            t += 15.0;
+        }
+        assert_eq!(p.hpa_count, 10);
+        p.observe_fleet(11, 0);
+        let d = p.step(t, 11.4);
+        assert!(d.desired >= 13, "answered {} from 11 pods", d.desired);
+        assert_eq!(super::super::hpa::applied(11, d.desired, 0.1), d.desired, "answered {}", d.desired);
+        assert!(p.tolerance_note.as_deref().is_some_and(|n| n.contains("of 11")), "{:?}", p.tolerance_note);
+        // The observation is used once; without a newer one the model continues from what the
+        // HPA applied.
+        assert_eq!(p.hpa_count, d.desired);
+        assert!(p.fleet.is_none());
     }
 
     #[test]
