@@ -55,7 +55,7 @@ impl ReactivePolicy {
     }
 }
 
-/// `ceil` within rounding ([`ceil_tie`]: `1.2 / 0.4` is 3, as written), as a count.
+/// `ceil` within rounding ([`ceil_tie`]: `(0.1 + 0.2) / 0.1` is 3, as written), as a count.
 fn ceil_count(x: f64) -> u64 {
     // `as` saturates and maps NaN to 0.
     ceil_tie(x) as u64

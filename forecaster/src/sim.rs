@@ -33,7 +33,7 @@
 //! - **Ties.** REPLAY.md's arithmetic is exact; `f64` is not, and its rounding would decide
 //!   ties the text decides otherwise: `0.1 + 0.2 − 0.3` leaves a backlog of `5.6e-17` (a queue
 //!   the reactive policy then counts as active, and the oracle as a carried backlog that costs
-//!   a replica), a backlog that reaches `r·μ·slo` exactly reads as over it, and `1.2 / 0.4`
+//!   a replica), a backlog that reaches `r·μ·slo` exactly reads as over it, and `(0.1 + 0.2) / 0.1`
 //!   rounds above 3 and ceils to 4. So a backlog within [`tie`] of 0 is 0, and the reference
 //!   policies compare and round within [`tie`] ([`ceil_tie`]). Then an exact-arithmetic
 //!   scorer (`scripts/rescore.py`) reproduces every figure, and so does any `f64` scorer,
