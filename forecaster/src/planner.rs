@@ -1237,6 +1237,17 @@ pub struct Planner {
     peak: [f64; 2],
 }
 
+/// An EWMA with time constant `tau_s` started from 0, `elapsed_s` into its life, corrected for
+/// that start (divided by the weight its samples carry so far); 0 before any.
+fn debiased(ewma: f64, elapsed_s: f64, tau_s: f64) -> f64 {
+    let c = 1.0 - (-elapsed_s / tau_s).exp();
+    if c > 1e-9 {
+        (ewma / c).max(0.0)
+    } else {
+        0.0
+    }
+}
+
 /// Member indices by forecast, largest first.
 fn members_descending(f: &[f64; MEMBERS]) -> [usize; MEMBERS] {
     let mut order: [usize; MEMBERS] = std::array::from_fn(|m| m);
@@ -1824,8 +1835,7 @@ impl Planner {
     /// How far `current` dips below the hour's mean rate: `min(0, ln(current / level))`,
     /// bounded by `DIP_LIMIT` (see [`Reversion`]).
     fn dip(&self, current: f64, eps: f64) -> f64 {
-        let c = 1.0 - (-self.level_t / REVERSION_TAU_S).exp();
-        let base = if c > 1e-9 { (self.base / c).max(0.0) } else { 0.0 };
+        let base = debiased(self.base, self.level_t, REVERSION_TAU_S);
         let d = ((current + eps) / (base + eps)).ln();
         if d.is_finite() {
             d.clamp(-DIP_LIMIT, 0.0)
@@ -1836,12 +1846,7 @@ impl Planner {
 
     /// Slow mean arrival rate (bias-corrected EWMA).
     fn slow_level(&self) -> f64 {
-        let c = 1.0 - (-self.level_t / LEVEL_TAU_S).exp();
-        if c > 1e-9 {
-            (self.level / c).max(0.0)
-        } else {
-            0.0
-        }
+        debiased(self.level, self.level_t, LEVEL_TAU_S)
     }
 
     /// Everything a candidate margin needs to turn the current forecast into an order.

@@ -53,17 +53,17 @@ pub const DELAY_TOLERANCE: f64 = 1e-9;
 const TIE_REL: f64 = 1e-9;
 
 /// The rounding slack of a fleet quantity of magnitude `x`: `1e-9 · max(1, |x|)`.
-pub fn tie(x: f64) -> f64 {
+pub(crate) fn tie(x: f64) -> f64 {
     TIE_REL * x.abs().max(1.0)
 }
 
 /// `ceil(x)`, with an `x` within [`tie`] above an integer read as that integer.
-pub fn ceil_tie(x: f64) -> f64 {
+pub(crate) fn ceil_tie(x: f64) -> f64 {
     (x - tie(x)).ceil()
 }
 
 /// A backlog after one second's service: within [`tie`] of 0 is 0.
-pub fn settle_backlog(b: f64) -> f64 {
+pub(crate) fn settle_backlog(b: f64) -> f64 {
     if b <= tie(b) {
         0.0
     } else {
