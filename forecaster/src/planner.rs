@@ -630,6 +630,8 @@ const PRICE_GAIN_RATE: f64 = 0.01;
 const DRAIN_W_SHARE: f64 = 0.1;
 /// Time constant of the slow mean rate behind the standing levels, seconds.
 const LEVEL_TAU_S: f64 = 1800.0;
+/// Time constant of the 1-minute mean arrival rate.
+const RATE_1M_TAU_S: f64 = 60.0;
 /// Price of one request served late, in seconds of one replica's service time (1/μ): the
 /// planner accepts paying up to this many service-times of idle capacity to avoid a miss
 /// (newsvendor reading: provision a replica when P(it is needed) > 1/150, i.e. plan near
@@ -1223,28 +1225,49 @@ pub struct Planner {
     /// the candidates are a coarse grid, so the budget left between the best eligible one and
     /// the next better one is spent on a convex mix of their planned demands.
     blend: Option<(usize, f64)>,
-    /// Slow mean arrival rate (req/s), time constant `LEVEL_TAU_S`.
-    level: f64,
+    /// Slow mean arrival rate, time constant `LEVEL_TAU_S`.
+    level: RateMean,
+    /// Seconds observed: the age the slow means are corrected for.
     level_t: f64,
-    /// Slower mean arrival rate (req/s), time constant `REVERSION_TAU_S`: the level a
-    /// change point's dip is measured from.
-    base: f64,
-    /// Arrival rate smoothed over about a minute (req/s).
-    rate_1m: f64,
+    /// Slower mean arrival rate, time constant `REVERSION_TAU_S`: the level a change point's
+    /// dip is measured from.
+    base: RateMean,
+    /// Arrival rate smoothed over about a minute (read as it is, uncorrected for its start).
+    rate_1m: RateMean,
     /// Fleet size at the first decision.
     first_n: Option<u32>,
     /// Decaying peaks of the per-interval effective demand (half-lives `PEAK_HALF_LIVES_S`).
     peak: [f64; 2],
 }
 
-/// An EWMA with time constant `tau_s` started from 0, `elapsed_s` into its life, corrected for
-/// that start (divided by the weight its samples carry so far); 0 before any.
-fn debiased(ewma: f64, elapsed_s: f64, tau_s: f64) -> f64 {
-    let c = 1.0 - (-elapsed_s / tau_s).exp();
-    if c > 1e-9 {
-        (ewma / c).max(0.0)
-    } else {
-        0.0
+/// A mean arrival rate (req/s): an exponentially weighted moving average over time with time
+/// constant `tau_s`, started from 0.
+#[derive(Debug, Clone, Copy)]
+struct RateMean {
+    tau_s: f64,
+    value: f64,
+}
+
+impl RateMean {
+    const fn new(tau_s: f64) -> Self {
+        Self { tau_s, value: 0.0 }
+    }
+
+    /// Take in `dt` seconds at `rate`.
+    fn observe(&mut self, dt: f64, rate: f64) {
+        let g = 1.0 - (-dt / self.tau_s).exp();
+        self.value += g * (rate - self.value);
+    }
+
+    /// The mean `elapsed_s` into its life, corrected for its start from 0 (divided by the
+    /// weight its samples carry so far); 0 before any.
+    fn debiased(&self, elapsed_s: f64) -> f64 {
+        let c = 1.0 - (-elapsed_s / self.tau_s).exp();
+        if c > 1e-9 {
+            (self.value / c).max(0.0)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -1353,10 +1376,10 @@ impl Planner {
             price_gain: 1.0,
             cand_idx: None,
             blend: None,
-            level: 0.0,
-            base: 0.0,
+            level: RateMean::new(LEVEL_TAU_S),
+            base: RateMean::new(REVERSION_TAU_S),
             level_t: 0.0,
-            rate_1m: 0.0,
+            rate_1m: RateMean::new(RATE_1M_TAU_S),
             first_n: None,
             peak: [0.0; 2],
             cfg,
@@ -1432,14 +1455,11 @@ impl Planner {
             }
             self.followed_cf_cost = self.followed_cf_cost * decay + followed * dt;
         }
-        let g = 1.0 - (-dt / LEVEL_TAU_S).exp();
-        self.level += g * (mass / dt - self.level);
-        let gb = 1.0 - (-dt / REVERSION_TAU_S).exp();
-        self.base += gb * (mass / dt - self.base);
-        let g1 = 1.0 - (-dt / 60.0).exp();
-        self.rate_1m += g1 * (mass / dt - self.rate_1m);
-        self.level_t += dt;
         let rate = mass / dt;
+        self.level.observe(dt, rate);
+        self.base.observe(dt, rate);
+        self.rate_1m.observe(dt, rate);
+        self.level_t += dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
         self.grid.observe(t_s - dt, rate, min_period);
         self.last_rate = rate;
@@ -1835,7 +1855,7 @@ impl Planner {
     /// How far `current` dips below the hour's mean rate: `min(0, ln(current / level))`,
     /// bounded by `DIP_LIMIT` (see [`Reversion`]).
     fn dip(&self, current: f64, eps: f64) -> f64 {
-        let base = debiased(self.base, self.level_t, REVERSION_TAU_S);
+        let base = self.base.debiased(self.level_t);
         let d = ((current + eps) / (base + eps)).ln();
         if d.is_finite() {
             d.clamp(-DIP_LIMIT, 0.0)
@@ -1846,7 +1866,7 @@ impl Planner {
 
     /// Slow mean arrival rate (bias-corrected EWMA).
     fn slow_level(&self) -> f64 {
-        debiased(self.level, self.level_t, LEVEL_TAU_S)
+        self.level.debiased(self.level_t)
     }
 
     /// Everything a candidate margin needs to turn the current forecast into an order.
@@ -1894,7 +1914,7 @@ impl Planner {
         if self.grid.period().is_some() && self.cached_regime != Regime::Generic {
             self.last_rate.max(0.0)
         } else {
-            self.rate_1m
+            self.rate_1m.value
         }
     }
 
@@ -2340,6 +2360,25 @@ mod tests {
             acc += (*state >> 11) as f64 / (1u64 << 53) as f64;
         }
         acc - 6.0
+    }
+
+    #[test]
+    fn a_rate_mean_corrected_for_its_start_reads_a_steady_rate_at_any_age() {
+        let mut m = RateMean::new(1800.0);
+        assert_eq!(m.debiased(0.0), 0.0, "no samples, no rate");
+        let mut age = 0.0;
+        for dt in [1.0, 15.0, 0.5, 600.0, 7200.0] {
+            m.observe(dt, 4.2);
+            age += dt;
+            assert!((m.debiased(age) - 4.2).abs() < 1e-9, "age {age}: {}", m.debiased(age));
+        }
+        // Uncorrected, a young mean reads low: the start from 0 still weighs.
+        let mut young = RateMean::new(1800.0);
+        young.observe(60.0, 4.2);
+        assert!(young.value < 0.2 && (young.debiased(60.0) - 4.2).abs() < 1e-9);
+        // A step is followed at the time constant's pace.
+        m.observe(1800.0, 0.0);
+        assert!((m.value - 4.2 * (-1.0f64).exp()).abs() < 0.05, "{}", m.value);
     }
 
     #[test]

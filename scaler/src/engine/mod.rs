@@ -650,9 +650,9 @@ impl ScalerState {
                 "warmupPlannedSeconds": p.planner().warmup_planned(),
                 "forecast": dec.forecast,
                 "fleet": {
-                    "ready": p.planned_from.0,
-                    "warming": p.planned_from.1,
-                    "from": if p.planned_from.2 { "pods" } else { "answers" },
+                    "ready": p.planned_from.ready,
+                    "warming": p.planned_from.warming,
+                    "from": p.planned_from.source(),
                 },
             }));
         } else if let Some(err) = &self.predictor_error {

@@ -24,10 +24,30 @@ pub struct Predictor {
     /// The scale target's pods as the cluster sees them for the next step: (Ready, not yet
     /// Ready). Taken by [`Predictor::step`]; without it the fleet is `hpa_count`, all ready.
     fleet: Option<(u32, u32)>,
-    /// The fleet the last step planned from: (ready, warming, seen in the cluster's pods).
-    pub planned_from: (u32, u32, bool),
+    /// The fleet the last step planned from.
+    pub planned_from: PlannedFleet,
     /// Set when the last answer differs from the plan because of the HPA's tolerance.
     pub tolerance_note: Option<String>,
+}
+
+/// The fleet one planning step started from, and where its counts came from.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedFleet {
+    pub ready: u32,
+    pub warming: u32,
+    /// Seen in the scale target's pods (the cluster's watch), not modelled from our answers.
+    pub from_pods: bool,
+}
+
+impl PlannedFleet {
+    /// Where the counts came from, as `/debug/scalers` shows it.
+    pub fn source(&self) -> &'static str {
+        if self.from_pods {
+            "pods"
+        } else {
+            "answers"
+        }
+    }
 }
 
 /// Backlog figures of the queue signals, summed: what is waiting right now.
@@ -114,7 +134,7 @@ impl Predictor {
             last_t: None,
             hpa_count: 0,
             fleet: None,
-            planned_from: (0, 0, false),
+            planned_from: PlannedFleet::default(),
             tolerance_note: None,
         })
     }
@@ -144,7 +164,7 @@ impl Predictor {
         // a dropped answer leaves unchanged.
         let seen = self.fleet.take();
         let (ready, warming) = seen.unwrap_or((self.hpa_count, 0));
-        self.planned_from = (ready, warming, seen.is_some());
+        self.planned_from = PlannedFleet { ready, warming, from_pods: seen.is_some() };
         let current = ready.saturating_add(warming);
         let mut d = self.planner.plan(t_s, ready, warming);
         // Invariant: never plan below what the demand needs right now (a forecast may
