@@ -82,20 +82,16 @@ use serde::Deserialize;
 fn bounds_notes(spec: Option<&serde_yaml_ng::Value>, min: u32, max: u32) -> Vec<String> {
     let keda_min = yaml_int(spec.and_then(|s| s.get("minReplicaCount"))).unwrap_or(0);
     let keda_max = keda_max_replicas(spec);
-    let mut notes = Vec::new();
-    if i64::from(min) != keda_min {
-        notes.push(format!(
-            "minReplicas is {min} but the ScaledObject's minReplicaCount is {keda_min}: KEDA clamps the answer to its \
-             own bounds, so keep them equal"
-        ));
-    }
-    if i64::from(max) != keda_max {
-        notes.push(format!(
-            "maxReplicas is {max} but the ScaledObject's maxReplicaCount is {keda_max}: KEDA clamps the answer to its \
-             own bounds, so keep them equal"
-        ));
-    }
-    notes
+    [("minReplicas", min, "minReplicaCount", keda_min), ("maxReplicas", max, "maxReplicaCount", keda_max)]
+        .into_iter()
+        .filter(|&(_, ours, _, keda)| i64::from(ours) != keda)
+        .map(|(key, ours, keda_key, keda)| {
+            format!(
+                "{key} is {ours} but the ScaledObject's {keda_key} is {keda}: KEDA clamps the answer to its own \
+                 bounds, so keep them equal"
+            )
+        })
+        .collect()
 }
 
 /// Kubernetes' HPA defaults (autoscaling/v2): scale-down stabilization and tolerance.

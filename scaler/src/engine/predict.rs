@@ -21,9 +21,9 @@ pub struct Predictor {
     last_t: Option<f64>,
     /// The count the HPA holds after our answers (see [`super::hpa`]); 0 before the first.
     hpa_count: u32,
-    /// The scale target's pods as the cluster sees them for the next step: (Ready, not yet
-    /// Ready). Taken by [`Predictor::step`]; without it the fleet is `hpa_count`, all ready.
-    fleet: Option<(u32, u32)>,
+    /// The scale target's pods as the cluster sees them for the next step. Taken by
+    /// [`Predictor::step`]; without it the fleet is `hpa_count`, all ready.
+    fleet: Option<PlannedFleet>,
     /// The fleet the last step planned from.
     pub planned_from: PlannedFleet,
     /// Set when the last answer differs from the plan because of the HPA's tolerance.
@@ -162,11 +162,10 @@ impl Predictor {
         // limits, KEDA's fallback and a manual `kubectl scale` are in them, and pods still
         // starting are warming, not serving), else what the HPA holds after our answers, which
         // a dropped answer leaves unchanged.
-        let seen = self.fleet.take();
-        let (ready, warming) = seen.unwrap_or((self.hpa_count, 0));
-        self.planned_from = PlannedFleet { ready, warming, from_pods: seen.is_some() };
-        let current = ready.saturating_add(warming);
-        let mut d = self.planner.plan(t_s, ready, warming);
+        let fleet = self.fleet.take().unwrap_or(PlannedFleet { ready: self.hpa_count, warming: 0, from_pods: false });
+        self.planned_from = fleet;
+        let current = fleet.ready.saturating_add(fleet.warming);
+        let mut d = self.planner.plan(t_s, fleet.ready, fleet.warming);
         // Invariant: never plan below what the demand needs right now (a forecast may
         // only add capacity ahead of time, never take away what is needed now).
         let max = self.planner.config().max_replicas;
@@ -192,7 +191,7 @@ impl Predictor {
     /// The scale target's pods for the next step: `ready` Ready, `warming` not yet (from the
     /// cluster's pod watch; see `crate::cluster::Cluster::target_pods`).
     pub fn observe_fleet(&mut self, ready: u32, warming: u32) {
-        self.fleet = Some((ready, warming));
+        self.fleet = Some(PlannedFleet { ready, warming, from_pods: true });
     }
 
     pub fn settings(&self) -> &PlannerSettings {
