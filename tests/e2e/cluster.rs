@@ -41,6 +41,7 @@ fn kind_of(collection: &str) -> (&'static str, &'static str) {
         "api/v1/pods" => ("v1", "Pod"),
         "api/v1/nodes" => ("v1", "Node"),
         "apis/apps/v1/deployments" => ("apps/v1", "Deployment"),
+        "apis/apps/v1/statefulsets" => ("apps/v1", "StatefulSet"),
         "apis/keda.sh/v1alpha1/scaledobjects" => ("keda.sh/v1alpha1", "ScaledObject"),
         "apis/karpenter.sh/v1/nodepools" => ("karpenter.sh/v1", "NodePool"),
         "apis/karpenter.sh/v1/nodeclaims" => ("karpenter.sh/v1", "NodeClaim"),
@@ -583,7 +584,7 @@ async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_repl
     .await;
     // ...and plans from the target's three pods as the pod watch shows them.
     let fleet = &d["snapshot"]["planner"]["fleet"];
-    assert_eq!(fleet["from"], "pods", "{fleet}");
+    assert_eq!(fleet["from"], "pods up to spec.replicas", "{fleet}");
     assert_eq!(fleet["ready"].as_u64().unwrap() + fleet["warming"].as_u64().unwrap(), 3, "{fleet}");
 
     // Capacity: h100-old has one free 3g.40gb; h100-new is full; the tainted nodes are
@@ -749,6 +750,48 @@ async fn two_instances_one_lease_one_writer() {
     let lease = api.get(LEASES, "prescale", "prescale-leader").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
     assert!(api.writes().iter().any(|w| w.starts_with("PUT /apis/coordination.k8s.io/v1/namespaces/prescale/leases/")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planned_fleet_follows_the_live_spec_replicas_not_a_rollouts_surge_pods() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    // A rolling update of the 3-replica Deployment: a new pod is starting beside the three
+    // Ready ones (maxSurge 1). It replaces one of them; no capacity is on its way.
+    api.put(PODS, vllm_pod("vllm-4", "vllm", "h100-old", "2026-01-02T00:00:00Z", None, "nvidia.com/mig-3g.40gb"));
+    let prom = fake_prometheus(Arc::new(Mutex::new(2.0))).await;
+    let kc = kubeconfig(&api.url());
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    let c = server.client().await;
+    let r = sref("llm", "llama", &md(&prom, &[("karpenterMode", "off")]));
+    let fleet_is = |ready: u64, warming: u64| {
+        let (s, c, r) = (&server, c.clone(), r.clone());
+        async move {
+            // Each GetMetrics runs a planning step; /debug shows the fleet it started from.
+            metric(&mut c.clone(), &r).await.ok()?;
+            let d = debug_of(s, "llama").await;
+            let f = d["snapshot"]["planner"]["fleet"].clone();
+            (f["from"] == "pods up to spec.replicas" && f["ready"] == ready && f["warming"] == warming).then_some(f)
+        }
+    };
+    eventually(30, "fleet of 3 Ready, the surge pod not counted", || fleet_is(3, 0)).await;
+    // The HPA scales the Deployment to 5: two replicas are coming, counted from the
+    // Deployment watch before any pod for them exists.
+    let mut d = deployment("vllm", "nvidia.com/mig-3g.40gb");
+    d["spec"]["replicas"] = json!(5);
+    api.put(DEPLOYMENTS, d);
+    eventually(30, "fleet of 3 Ready + 2 warming after spec.replicas = 5", || fleet_is(3, 2)).await;
+    // ...and scaled back in to 2: the pods still terminating serve nothing to plan on.
+    let mut d = deployment("vllm", "nvidia.com/mig-3g.40gb");
+    d["spec"]["replicas"] = json!(2);
+    api.put(DEPLOYMENTS, d);
+    eventually(30, "fleet of 2 after spec.replicas = 2", || fleet_is(2, 0)).await;
+    let d = debug_of(&server, "llama").await;
+    assert_eq!(d["cluster"]["capacity"]["specReplicas"], 2, "{d}");
+    assert_eq!(d["cluster"]["capacity"]["currentReplicas"], 4, "pods still there: {d}");
+    let st = cluster_status(&server).await;
+    assert_eq!(st["watches"]["deployments"]["synced"], true, "{st}");
+    assert_eq!(st["watches"]["statefulsets"]["synced"], true, "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

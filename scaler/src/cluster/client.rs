@@ -1,5 +1,6 @@
 //! The Kubernetes client (in-cluster config or `KUBECONFIG`) and the watched stores:
-//! pods (cluster-wide, non-terminal), nodes, Karpenter NodeClaims and NodePools. Each
+//! pods (cluster-wide, non-terminal), nodes, Deployments and StatefulSets (the scale
+//! targets' live `spec.replicas`), Karpenter NodeClaims and NodePools. Each
 //! store is fed by a `kube::runtime` watcher (list, then watch from its resourceVersion,
 //! with backoff on errors) whose health is recorded, so a watch that fails turns the
 //! features depending on it "off" instead of serving stale numbers as fresh.
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::core::DynamicObject;
@@ -69,6 +71,9 @@ pub type HealthMap = Arc<Mutex<BTreeMap<&'static str, WatchHealth>>>;
 pub struct Stores {
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
+    /// Scale targets, without their pod templates (see [`strip_workload`]).
+    pub deployments: Store<Deployment>,
+    pub statefulsets: Store<StatefulSet>,
     pub nodeclaims: Store<DynamicObject>,
     pub nodepools: Store<DynamicObject>,
     pub health: HealthMap,
@@ -98,6 +103,7 @@ fn spawn_watch<K>(
     writer: reflector::store::Writer<K>,
     health: HealthMap,
     what: &'static str,
+    strip: fn(&mut K),
 ) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -105,7 +111,7 @@ where
 {
     health.lock().unwrap_or_else(|e| e.into_inner()).entry(what).or_default();
     tokio::spawn(async move {
-        let stream = reflector::reflector(writer, watcher(api, cfg).default_backoff());
+        let stream = reflector::reflector(writer, watcher(api, cfg).default_backoff().modify(strip));
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             if let Err(e) = &ev {
@@ -132,11 +138,38 @@ fn spawn_dynamic_watch(
     })
 }
 
-/// Start the four watches.
+/// What no reader needs from any watched object: server-side apply bookkeeping.
+fn strip_managed_fields<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// A scale target is kept for its `spec.replicas` (and status): its pod template (read
+/// once by discovery, `target.rs`) and annotations (`last-applied-configuration` copies
+/// the whole object) would be most of the store's memory in a cluster of many Deployments.
+fn strip_workload<K: kube::Resource>(o: &mut K, template: impl FnOnce(&mut K)) {
+    strip_managed_fields(o);
+    o.meta_mut().annotations = None;
+    template(o);
+}
+
+fn strip_deployment(d: &mut Deployment) {
+    strip_workload(d, |d| d.spec.template = Default::default());
+}
+
+fn strip_statefulset(d: &mut StatefulSet) {
+    strip_workload(d, |d| {
+        d.spec.template = Default::default();
+        d.spec.volume_claim_templates = None;
+    });
+}
+
+/// Start the six watches.
 pub fn watch_all(client: &kube::Client) -> (Stores, Vec<JoinHandle<()>>) {
     let health: HealthMap = Arc::default();
     let (pods, pods_w) = reflector::store::<Pod>();
     let (nodes, nodes_w) = reflector::store::<Node>();
+    let (deployments, deployments_w) = reflector::store::<Deployment>();
+    let (statefulsets, statefulsets_w) = reflector::store::<StatefulSet>();
     let claims_w = reflector::store::Writer::<DynamicObject>::new(nodeclaim_resource());
     let pools_w = reflector::store::Writer::<DynamicObject>::new(nodepool_resource());
     let nodeclaims = claims_w.as_reader();
@@ -149,8 +182,32 @@ pub fn watch_all(client: &kube::Client) -> (Stores, Vec<JoinHandle<()>>) {
             pods_w,
             health.clone(),
             "pods",
+            strip_managed_fields,
         ),
-        spawn_watch(Api::<Node>::all(client.clone()), watcher::Config::default(), nodes_w, health.clone(), "nodes"),
+        spawn_watch(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            nodes_w,
+            health.clone(),
+            "nodes",
+            strip_managed_fields,
+        ),
+        spawn_watch(
+            Api::<Deployment>::all(client.clone()),
+            watcher::Config::default(),
+            deployments_w,
+            health.clone(),
+            "deployments",
+            strip_deployment,
+        ),
+        spawn_watch(
+            Api::<StatefulSet>::all(client.clone()),
+            watcher::Config::default(),
+            statefulsets_w,
+            health.clone(),
+            "statefulsets",
+            strip_statefulset,
+        ),
         spawn_dynamic_watch(
             Api::all_with(client.clone(), &nodeclaim_resource()),
             claims_w,
@@ -159,5 +216,5 @@ pub fn watch_all(client: &kube::Client) -> (Stores, Vec<JoinHandle<()>>) {
         ),
         spawn_dynamic_watch(Api::all_with(client.clone(), &nodepool_resource()), pools_w, health.clone(), "nodepools"),
     ];
-    (Stores { pods, nodes, nodeclaims, nodepools, health }, tasks)
+    (Stores { pods, nodes, deployments, statefulsets, nodeclaims, nodepools, health }, tasks)
 }

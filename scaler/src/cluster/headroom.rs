@@ -234,7 +234,7 @@ mod tests {
         }))
         .unwrap();
         let info =
-            from_template("Deployment", "vllm", "llm", Some([("app".into(), "vllm".into())].into()), None, &t).unwrap();
+            from_template("Deployment", "vllm", "llm", Some([("app".into(), "vllm".into())].into()), &t).unwrap();
         let id = ScalerId { namespace: "llm".into(), name: "llama".into() };
         let p = placeholder_pod(&id, &info, 2, "uid-1", DEFAULT_IMAGE);
         let v = serde_json::to_value(&p).unwrap();

@@ -408,9 +408,29 @@ impl Cluster {
     /// unknown (cluster off, not discovered yet, or not refreshed since).
     pub fn target_pods(&self, id: &ScalerId) -> Option<crate::sources::TargetPods> {
         let t = read(&self.inner.targets).get(id).cloned()?;
-        read(&t.info).as_ref()?;
+        let info = read(&t.info).clone()?;
         let view = read(&t.view);
-        view.refreshed.then(|| crate::sources::TargetPods { pods: view.pods.clone() })
+        view.refreshed
+            .then(|| crate::sources::TargetPods { pods: view.pods.clone(), spec_replicas: self.spec_replicas(&info) })
+    }
+
+    /// The target's `spec.replicas` as the workload watch holds it now (the HPA writes it
+    /// every sync, so discovery's copy would be a rediscovery period old). `None` while
+    /// that watch is not synced or is failing.
+    fn spec_replicas(&self, info: &TargetInfo) -> Option<u32> {
+        let stores = self.inner.stores.as_ref()?;
+        let watch = if info.kind == "StatefulSet" { "statefulsets" } else { "deployments" };
+        if !lock(&stores.health).get(watch).is_some_and(|h| h.healthy()) {
+            return None;
+        }
+        use kube::runtime::reflector::ObjectRef;
+        let replicas = if info.kind == "StatefulSet" {
+            stores.statefulsets.get(&ObjectRef::new(&info.name).within(&info.namespace)).map(|s| s.spec.replicas)
+        } else {
+            stores.deployments.get(&ObjectRef::new(&info.name).within(&info.namespace)).map(|d| d.spec.replicas)
+        }?;
+        // The API server defaults an absent spec.replicas to 1.
+        u32::try_from(replicas.unwrap_or(1)).ok()
     }
 
     /// The plan at now + warm-up (desired replicas), for the leader's headroom.
@@ -442,6 +462,7 @@ impl Cluster {
         let node: Summary = lock(&t.node_samples).summary();
         let auto = warmup::auto_warmup(&lock(&t.pod_samples));
         let view = read(&t.view).clone();
+        let spec_replicas = read(&t.info).as_ref().and_then(|i| self.spec_replicas(i));
         let plan = *lock(&t.plan);
         let over = plan.and_then(|(d, _)| over_capacity(d, &view));
         serde_json::json!({
@@ -457,6 +478,7 @@ impl Cluster {
             },
             "capacity": {
                 "currentReplicas": view.current_pods,
+                "specReplicas": spec_replicas,
                 "fit": view.fit,
                 "freeByNodePool": view.free_by_pool,
                 "nodePools": view.pools,

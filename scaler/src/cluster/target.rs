@@ -37,8 +37,6 @@ pub struct TargetInfo {
     /// GPU/MIG requests of one replica.
     pub gpu_requests: Resources,
     pub placement: Placement,
-    /// The workload's `spec.replicas`.
-    pub spec_replicas: Option<i32>,
     /// The pod template's spec (for placeholder pods).
     #[serde(skip)]
     pub pod_spec: PodSpec,
@@ -70,7 +68,6 @@ pub fn from_template(
     name: &str,
     namespace: &str,
     match_labels: Option<BTreeMap<String, String>>,
-    spec_replicas: Option<i32>,
     template: &PodTemplateSpec,
 ) -> Result<TargetInfo, ClusterError> {
     let spec = template
@@ -87,7 +84,6 @@ pub fn from_template(
         selector,
         gpu_requests: effective_requests(&spec),
         placement: Placement::from_spec(&spec),
-        spec_replicas,
         pod_spec: spec,
     })
 }
@@ -104,13 +100,13 @@ pub async fn discover(client: &kube::Client, namespace: &str, name: &str) -> Res
             .await
             .map_err(|e| ClusterError::api(format!("get StatefulSet {namespace}/{target}"), e))?;
         let spec = s.spec;
-        from_template(&kind, &target, namespace, spec.selector.match_labels, spec.replicas, &spec.template)
+        from_template(&kind, &target, namespace, spec.selector.match_labels, &spec.template)
     } else {
         let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
         let d =
             api.get(&target).await.map_err(|e| ClusterError::api(format!("get Deployment {namespace}/{target}"), e))?;
         let spec = d.spec;
-        from_template(&kind, &target, namespace, spec.selector.match_labels, spec.replicas, &spec.template)
+        from_template(&kind, &target, namespace, spec.selector.match_labels, &spec.template)
     }
 }
 
@@ -239,8 +235,7 @@ mod tests {
         }))
         .unwrap();
         let info =
-            from_template("Deployment", "vllm", "llm", Some([("app".into(), "vllm".into())].into()), Some(2), &t)
-                .unwrap();
+            from_template("Deployment", "vllm", "llm", Some([("app".into(), "vllm".into())].into()), &t).unwrap();
         assert_eq!(info.gpu_requests, [("nvidia.com/mig-3g.40gb".to_string(), 1)].into());
         assert_eq!(info.placement.tolerations.len(), 1);
         let pools = [

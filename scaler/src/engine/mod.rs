@@ -620,8 +620,7 @@ impl ScalerState {
             // cluster: plan from the target's pods as they are (Ready or still starting).
             if let Some(pods) = self.cluster.as_ref().and_then(|c| c.target_pods(&self.config.id)) {
                 let ready = pods.pods.iter().filter(|(_, r)| *r).count();
-                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                p.observe_fleet(count(ready), count(pods.pods.len() - ready));
+                p.observe_fleet(predict::PlannedFleet::from_pods(ready, pods.pods.len(), pods.spec_replicas));
             }
             let dec = p.step(tick_ms as f64 / 1000.0, observed);
             if let Some(c) = &self.cluster {

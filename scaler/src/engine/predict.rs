@@ -35,17 +35,45 @@ pub struct Predictor {
 pub struct PlannedFleet {
     pub ready: u32,
     pub warming: u32,
-    /// Seen in the scale target's pods (the cluster's watch), not modelled from our answers.
-    pub from_pods: bool,
+    pub source: FleetSource,
+}
+
+/// Where a [`PlannedFleet`]'s counts came from.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum FleetSource {
+    /// Modelled from our own answers (no cluster view).
+    #[default]
+    Answers,
+    /// The scale target's pods (the cluster's pod watch), every pod counted.
+    Pods,
+    /// The target's pods, counted up to its live `spec.replicas`.
+    PodsAndSpec,
 }
 
 impl PlannedFleet {
+    /// The fleet from the target's pods: `ready` of `pods` are Ready. With the target's live
+    /// `spec.replicas` (what the HPA holds and counts from) the fleet is that many replicas,
+    /// of which at most `ready` serve: during a rolling update the surge pods replace old ones
+    /// rather than add capacity, so they are not warming capacity to plan on; after a
+    /// scale-up the replicas not created yet are warming; after a scale-down the pods still
+    /// terminating are gone. Without it, every pod counts (Ready or warming).
+    pub fn from_pods(ready: usize, pods: usize, spec_replicas: Option<u32>) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let (ready, pods) = (count(ready.min(pods)), count(pods));
+        match spec_replicas {
+            Some(n) => {
+                PlannedFleet { ready: ready.min(n), warming: n - ready.min(n), source: FleetSource::PodsAndSpec }
+            }
+            None => PlannedFleet { ready, warming: pods - ready, source: FleetSource::Pods },
+        }
+    }
+
     /// Where the counts came from, as `/debug/scalers` shows it.
     pub fn source(&self) -> &'static str {
-        if self.from_pods {
-            "pods"
-        } else {
-            "answers"
+        match self.source {
+            FleetSource::Answers => "answers",
+            FleetSource::Pods => "pods",
+            FleetSource::PodsAndSpec => "pods up to spec.replicas",
         }
     }
 }
@@ -162,7 +190,11 @@ impl Predictor {
         // limits, KEDA's fallback and a manual `kubectl scale` are in them, and pods still
         // starting are warming, not serving), else what the HPA holds after our answers, which
         // a dropped answer leaves unchanged.
-        let fleet = self.fleet.take().unwrap_or(PlannedFleet { ready: self.hpa_count, warming: 0, from_pods: false });
+        let fleet = self.fleet.take().unwrap_or(PlannedFleet {
+            ready: self.hpa_count,
+            warming: 0,
+            source: FleetSource::Answers,
+        });
         self.planned_from = fleet;
         let current = fleet.ready.saturating_add(fleet.warming);
         let mut d = self.planner.plan(t_s, fleet.ready, fleet.warming);
@@ -188,10 +220,10 @@ impl Predictor {
         d
     }
 
-    /// The scale target's pods for the next step: `ready` Ready, `warming` not yet (from the
-    /// cluster's pod watch; see `crate::cluster::Cluster::target_pods`).
-    pub fn observe_fleet(&mut self, ready: u32, warming: u32) {
-        self.fleet = Some(PlannedFleet { ready, warming, from_pods: true });
+    /// The scale target's fleet for the next step, from the cluster's pod and workload
+    /// watches ([`PlannedFleet::from_pods`]; see `crate::cluster::Cluster::target_pods`).
+    pub fn observe_fleet(&mut self, fleet: PlannedFleet) {
+        self.fleet = Some(fleet);
     }
 
     pub fn settings(&self) -> &PlannerSettings {
@@ -293,7 +325,7 @@ mod tests {
             t += 15.0;
         }
         assert_eq!(p.hpa_count, 10);
-        p.observe_fleet(11, 0);
+        p.observe_fleet(PlannedFleet::from_pods(11, 11, Some(11)));
         let d = p.step(t, 11.4);
         assert!(d.desired >= 13, "answered {} from 11 pods", d.desired);
         assert_eq!(super::super::hpa::applied(11, d.desired, 0.1), d.desired, "answered {}", d.desired);
@@ -302,6 +334,58 @@ mod tests {
         // HPA applied.
         assert_eq!(p.hpa_count, d.desired);
         assert!(p.fleet.is_none());
+    }
+
+    #[test]
+    fn the_fleet_is_counted_up_to_the_targets_spec_replicas() {
+        // Without spec.replicas every pod counts: Ready ones serve, the rest are warming.
+        let f = PlannedFleet::from_pods(3, 5, None);
+        assert_eq!((f.ready, f.warming, f.source()), (3, 2, "pods"));
+        // A rollout of 4 replicas with maxSurge 1: 4 old Ready pods and a new one starting.
+        // The new one replaces an old one: no capacity is on its way.
+        let f = PlannedFleet::from_pods(4, 5, Some(4));
+        assert_eq!((f.ready, f.warming), (4, 0));
+        // Later in the rollout: 3 Ready (one old one gone), 2 new starting.
+        assert_eq!(PlannedFleet::from_pods(3, 5, Some(4)), PlannedFleet { ready: 3, warming: 1, ..f });
+        // Just scaled 4 → 6: the two pods not created yet are warming already.
+        assert_eq!(PlannedFleet::from_pods(4, 4, Some(6)), PlannedFleet { ready: 4, warming: 2, ..f });
+        // Just scaled 4 → 2: the two pods still terminating (and Ready) are gone.
+        assert_eq!(PlannedFleet::from_pods(4, 4, Some(2)), PlannedFleet { ready: 2, warming: 0, ..f });
+        assert_eq!(PlannedFleet::from_pods(0, 0, Some(0)), PlannedFleet { ready: 0, warming: 0, ..f });
+        // Counts that disagree (a watch between events) are clamped, not wrapped.
+        assert_eq!(
+            PlannedFleet::from_pods(7, 5, None),
+            PlannedFleet { ready: 5, warming: 0, source: FleetSource::Pods }
+        );
+    }
+
+    #[test]
+    fn a_rollouts_surge_pods_do_not_move_the_tolerance_arithmetic() {
+        // The HPA holds 10 replicas; a rolling update has 2 surge pods starting beside the 10
+        // Ready ones. Demand creeps to 10.6 replica-equivalents: a plan of 11 is a change the
+        // HPA (counting spec.replicas = 10) drops within its tolerance, so the answer must be
+        // one it applies from 10. Counting the surge pods as a fleet of 12 would answer 11
+        // and be dropped.
+        let s = settings(false, 120.0);
+        let mut p = Predictor::new(&s, 120.0, 15.0).unwrap();
+        let mut t = T0;
+        for _ in 0..200 {
+            p.observe_fleet(PlannedFleet::from_pods(10, 10, Some(10)));
+            p.step(t, 9.0);
+            t += 15.0;
+        }
+        let mut answered_past = false;
+        for _ in 0..40 {
+            p.observe_fleet(PlannedFleet::from_pods(10, 12, Some(10)));
+            let d = p.step(t, 10.6);
+            assert_eq!(p.planned_from, PlannedFleet { ready: 10, warming: 0, source: FleetSource::PodsAndSpec });
+            if d.desired > 10 {
+                assert_eq!(super::super::hpa::applied(10, d.desired, 0.1), d.desired, "answered {}", d.desired);
+                answered_past = true;
+            }
+            t += 15.0;
+        }
+        assert!(answered_past, "demand above the fleet was never answered with a scale-up");
     }
 
     #[test]

@@ -502,8 +502,10 @@ DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",devi
         let c = cfg(None, Metric::GpuUtil);
         let shared = reading(&c, utilization(&c, &rows(WHOLE)).unwrap(), BTreeMap::new());
         assert!((shared.value - 220.0).abs() < 1e-9);
-        let target =
-            |pods: &[(&str, bool)]| TargetPods { pods: pods.iter().map(|(n, r)| (n.to_string(), *r)).collect() };
+        let target = |pods: &[(&str, bool)]| TargetPods {
+            pods: pods.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+            spec_replicas: None,
+        };
         // The target is vllm-0 and vllm-1 (vllm-2 still starting): 2 × 60 %.
         let r = narrow(&c, &shared, &target(&[("vllm-0", true), ("vllm-1", true), ("vllm-2", false)])).unwrap();
         assert_eq!((r.value, r.detail["pods"], r.detail["gpus"], r.detail["target_pods"]), (120.0, 2.0, 3.0, 3.0));

@@ -47,6 +47,9 @@ pub struct Reading {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TargetPods {
     pub pods: Vec<(String, bool)>,
+    /// The target's live `spec.replicas` (the Deployment / StatefulSet watch): the count
+    /// the HPA holds. `None` while that watch is not healthy.
+    pub spec_replicas: Option<u32>,
 }
 
 /// Why a read failed. Messages are redacted before they are stored.
