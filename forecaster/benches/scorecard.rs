@@ -18,7 +18,7 @@ use prescale_forecaster::oracle::{oracle_plan, oracle_replica_seconds, scenario_
 use prescale_forecaster::planner::{Planner, WarmupDist};
 use prescale_forecaster::reactive::ReactivePolicy;
 use prescale_forecaster::sim::simulate;
-use prescale_forecaster::trace::parse_trace;
+use prescale_forecaster::trace::{parse_trace, TraceKind};
 use prescale_forecaster::PrescalePolicy;
 
 /// Dev traces: (file stem, capacity μ, slo) as listed in traces/README.md.
@@ -241,14 +241,17 @@ fn main() {
 
 /// Robustness: the same scenarios on shifted and scaled copies of the traces (drop the first
 /// 2 days of multi-day traces / first 10 min of short ones; rates ×0.3 and ×3 with
-/// capacity unchanged). Prints rules 1 and 2 per variant (rule 3 is specific to the
-/// unmodified 14-day trace).
+/// capacity unchanged), and every rate series as a request log (`poisson_log`). Prints rules 1
+/// and 2 per variant (rule 3 is specific to the unmodified 14-day trace).
 fn variants(dir: &std::path::Path) {
     // `PRESCALE_VARIANTS=detail` prints every variant scenario.
     let detail = std::env::var("PRESCALE_VARIANTS").is_ok_and(|v| v == "detail");
-    for (label, skip_long_s, skip_short_s, scale) in
-        [("drop-start", 2 * 86400usize, 600usize, 1.0), ("x0.3", 0, 0, 0.3), ("x3", 0, 0, 3.0)]
-    {
+    for (label, skip_long_s, skip_short_s, scale) in [
+        ("drop-start", 2 * 86400usize, 600usize, 1.0),
+        ("x0.3", 0, 0, 0.3),
+        ("x3", 0, 0, 3.0),
+        ("poisson-log", 0, 0, 1.0),
+    ] {
         let (mut all1, mut pm, mut rm, mut n, mut fails) = (true, 0.0f64, 0.0f64, 0.0f64, Vec::new());
         for TraceSpec { path, stem, capacity: cap, slo } in trace_set(dir) {
             let Ok(text) = std::fs::read_to_string(&path) else {
@@ -262,6 +265,18 @@ fn variants(dir: &std::path::Path) {
             trace.arrivals.drain(..skip.min(trace.arrivals.len()));
             for a in trace.arrivals.iter_mut() {
                 *a *= scale;
+            }
+            let mut cap = cap;
+            if label == "poisson-log" {
+                let TraceKind::RateSeries { window_s } = trace.kind else {
+                    continue;
+                };
+                // A service of about 2 req/s at most (the 14-day sum's 200 req/s would be a
+                // fluid): rates and capacity scaled alike, so the fleet sizes are the trace's.
+                let mean = trace.arrivals.iter().sum::<f64>() / trace.arrivals.len().max(1) as f64;
+                let k = if mean > 2.0 { 2.0 / mean } else { 1.0 };
+                cap *= k;
+                trace.arrivals = poisson_log(&trace.arrivals, k, window_s as usize, 0x5eed ^ stem.len() as u64);
             }
             for w in WARMUPS {
                 let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
@@ -308,6 +323,52 @@ fn variants(dir: &std::path::Path) {
             println!("    rule 1 fails: {f}");
         }
     }
+}
+
+/// A rate series (`rates[s]`, piecewise constant over windows of `window` s) as the request
+/// log of a service with that rate: rates × `k`, interpolated linearly between window
+/// midpoints (a centred moving average one window wide; real traffic does not step at the
+/// aggregation's window edges), and each second's count drawn from a Poisson law with a
+/// fixed-seed generator, so the figures repeat.
+fn poisson_log(rates: &[f64], k: f64, window: usize, seed: u64) -> Vec<f64> {
+    let n = rates.len();
+    let mut prefix = vec![0.0; n + 1];
+    for (i, r) in rates.iter().enumerate() {
+        prefix[i + 1] = prefix[i] + r;
+    }
+    let half = window.max(1) / 2;
+    let mut state = seed | 1;
+    let mut uniform = move || {
+        // xorshift64*: enough for a bench's noise.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|s| {
+            let (lo, hi) = (s.saturating_sub(half), (s + half).min(n - 1));
+            let lam = k * (prefix[hi + 1] - prefix[lo]) / (hi + 1 - lo) as f64;
+            if lam <= 0.0 {
+                0.0
+            } else if lam < 30.0 {
+                // Knuth: count uniforms until their product drops below e^-λ.
+                let (limit, mut p, mut c) = ((-lam).exp(), 1.0, 0.0);
+                loop {
+                    p *= uniform();
+                    if p <= limit {
+                        break c;
+                    }
+                    c += 1.0;
+                }
+            } else {
+                // Normal approximation (Box–Muller), rounded.
+                let (u1, u2) = (uniform().max(1e-300), uniform());
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                (lam + lam.sqrt() * z).round().max(0.0)
+            }
+        })
+        .collect()
 }
 
 /// Time one `plan` (+ the 15 one-second samples before it) on a planner that has seen 14
