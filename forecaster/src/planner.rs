@@ -31,6 +31,10 @@
 //!   spend) are not eligible; the headroom left between the best eligible candidate and a
 //!   better, costlier one of the same kind is spent on a convex mix of their planned demands
 //!   (the candidate grid is coarse), once the budget has a few hours of evidence;
+//! - after a day of evidence without a window grid, answers with the shadow's own count
+//!   while the shadow's two-day cost + price × late beats the best candidate's by 1.5×
+//!   (until it is back within 1.2×): on noisy low-rate request logs the HPA's 60-second mean
+//!   with its 5-minute hold is the best margin there is;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
 //!   shortfall over W) over max(SLO, W/10);
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
@@ -192,6 +196,12 @@ pub enum Reason {
         in_s: f64,
         p_arrival: f64,
     },
+    /// Following the KEDA + HPA shadow's own count: on the recent evidence it beats every
+    /// candidate margin (cost + price × late), e.g. on noisy low-rate traffic its 5-minute
+    /// scale-in hold is the best hold there is.
+    StatusQuo {
+        replicas: u32,
+    },
     /// Clamped to the configured bounds.
     Bound {
         limit: u32,
@@ -220,6 +230,9 @@ impl fmt::Display for Reason {
                 write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W")
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
+            Reason::StatusQuo { replicas } => {
+                write!(f, "status quo: KEDA + HPA's own count {replicas} beats every margin on recent evidence")
+            }
             Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
         }
     }
@@ -652,6 +665,8 @@ const PRICE_GAIN_MAX: f64 = 100.0;
 const PRICE_FEEDBACK_SPEND_SHARE: f64 = 0.9;
 /// Share of the budget headroom above the followed candidate spent on mixing in a costlier one.
 const BLEND_HEADROOM_SHARE: f64 = 1.0;
+/// Seconds of counterfactual evidence before the planner may follow the status quo.
+const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
 /// Seconds of counterfactual evidence before the planner follows its choice.
 const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
@@ -1221,6 +1236,9 @@ pub struct Planner {
     /// Multiplier of the miss price (integral feedback on the attainment target, ≥ 1).
     price_gain: f64,
     cand_idx: Option<usize>,
+    /// The reactive shadow's count is followed instead of a candidate margin (it beats them
+    /// all on the selection evidence; see `chosen_candidate`).
+    follow_shadow: bool,
     /// A costlier candidate with fewer misses the followed one is mixed with, and its share:
     /// the candidates are a coarse grid, so the budget left between the best eligible one and
     /// the next better one is spent on a convex mix of their planned demands.
@@ -1375,6 +1393,7 @@ impl Planner {
             budget_gain: 1.0,
             price_gain: 1.0,
             cand_idx: None,
+            follow_shadow: false,
             blend: None,
             level: RateMean::new(LEVEL_TAU_S),
             base: RateMean::new(REVERSION_TAU_S),
@@ -1452,6 +1471,9 @@ impl Planner {
                 self.cand_idx.and_then(|i| self.cf.reps.get(i).copied()).unwrap_or(self.last_desired) as f64;
             if let Some((k, th)) = self.blend {
                 followed += th * (self.cf.reps[k] as f64 - followed);
+            }
+            if self.follow_shadow {
+                followed = self.shadow.n() as f64;
             }
             self.followed_cf_cost = self.followed_cf_cost * decay + followed * dt;
         }
@@ -1932,8 +1954,9 @@ impl Planner {
         // attainment target, a late request is priced higher (integral feedback, like the
         // budget's), so spare budget is spent on attainment; back to the base price when met.
         if let Some(c) = self.cand_idx {
+            let late = if self.follow_shadow { self.shadow.late_s } else { self.cf.late_s[c] };
             if let (Some(miss), Some(shadow_miss)) =
-                (self.cf.recent_share(self.cf.late_s[c]), self.cf.recent_share(self.shadow.late_s))
+                (self.cf.recent_share(late), self.cf.recent_share(self.shadow.late_s))
             {
                 let spare = self.own_cost < PRICE_FEEDBACK_SPEND_SHARE * self.shadow.cost;
                 self.price_gain = price_feedback(self.price_gain, miss, miss_target(shadow_miss), spare);
@@ -1958,6 +1981,14 @@ impl Planner {
         let brake = self.spent().then(|| self.shadow.cost_s / overhead);
         let i = self.cf.best(price, self.cand_idx, budget, brake);
         self.cand_idx = Some(i);
+        // The status quo as one more choice: following a candidate costs its counterfactual
+        // spend times the planner's measured overhead over it; following the shadow costs the
+        // shadow's own. Switching either way needs a 2 % edge (as between candidates).
+        let j_cand = self.cf.cost[i] * overhead + price * self.cf.late[i];
+        let j_shadow = self.shadow.cost + price * self.shadow.late;
+        self.follow_shadow = self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
+            && self.grid.period().is_none()
+            && if self.follow_shadow { j_cand >= j_shadow * 1.2 } else { j_cand > j_shadow * 1.5 };
         // Mixing spends the headroom left under the budget, so it waits until the budget
         // itself is settled: a few hours of counterfactual evidence (a quarter half-life).
         self.blend = if self.cf.seen_s >= 0.25 * CF_HALF_LIFE_S { self.cf.partner(i, price, budget) } else { None };
@@ -2100,6 +2131,10 @@ impl Planner {
                 p_arrival: self.p_arrival(t),
             };
         }
+        if self.follow_shadow && self.cf_warm() && self.intervals_seen >= 4 {
+            desired = self.shadow.n();
+            reason = Reason::StatusQuo { replicas: desired };
+        }
         desired = desired.max(busy_floor);
         // Until the counterfactual has evidence, the fleet we were handed is kept: shedding it
         // on no data is a bet the planner cannot yet price.
@@ -2136,7 +2171,11 @@ impl Planner {
             budget_gain: self.budget_gain,
             miss_price_gain: self.price_gain,
             spent: self.spent(),
-            margin: followed.map(|i| Cand::from_index(i).to_string()),
+            margin: if self.follow_shadow {
+                Some("KEDA + HPA's own count (the status quo)".to_string())
+            } else {
+                followed.map(|i| Cand::from_index(i).to_string())
+            },
         }
     }
 
@@ -2758,6 +2797,32 @@ mod tests {
         }
         let requests = a.iter().sum::<f64>() as u64;
         Trace { arrivals: a, kind: TraceKind::RequestLog { requests }, t0_label: String::new() }
+    }
+
+    #[test]
+    fn on_noisy_low_rate_traffic_the_status_quo_is_followed_only_after_a_day() {
+        // A request log of Poisson arrivals around 2 req/s with daily cycles, about 8
+        // replicas (the first days of the bundled 14-day trace as the scorecard's poisson-log
+        // variant replays it: the sum scaled to a mean of 2 req/s, its capacity alike): the
+        // HPA's 60-second mean with its 5-minute hold beats every candidate margin at that
+        // spend. After a day of evidence, and only then, the planner follows its count.
+        let days = 4 * 86_400;
+        let src = crate::trace::parse_trace(include_str!("../../examples/traces/servegen-m-large-14d.csv")).unwrap();
+        let rates = &src.arrivals[..days];
+        let k = 2.0 * days as f64 / rates.iter().sum::<f64>();
+        let trace = crate::trace::trace_from_rates(1, &crate::trace::poisson_log(rates, k, 600, 7));
+        let sc = scenario_defaults(&trace, 25.0 * k, 60, 5.0, 15, 0, None, None);
+        let mut pre = PrescalePolicy::new(&sc).unwrap().record_reasons(true);
+        simulate(&trace, &sc, &mut pre, None);
+        let followed: Vec<&(u64, u32, String)> =
+            pre.reasons().iter().filter(|(_, _, why)| why.starts_with("status quo")).collect();
+        assert!(!followed.is_empty(), "the status quo was never followed");
+        for (t, desired, why) in &followed {
+            assert!(*t as f64 >= STATUS_QUO_MIN_EVIDENCE_S, "followed at t = {t}: {why}");
+            let count: u32 = why.split_whitespace().find_map(|w| w.parse().ok()).unwrap();
+            assert_eq!(*desired, count, "{why}");
+        }
+        assert_eq!(pre.planner().snapshot().budget.margin.as_deref(), Some("KEDA + HPA's own count (the status quo)"));
     }
 
     #[test]

@@ -483,6 +483,52 @@ fn format_timestamp(seconds: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// A rate series (`rates[s]`, piecewise constant over windows of `window` s) as the request
+/// log of a service with that rate: rates × `k`, interpolated linearly between window
+/// midpoints (a centred moving average one window wide; real traffic does not step at the
+/// aggregation's window edges), and each second's count drawn from a Poisson law with a
+/// fixed-seed generator, so the figures repeat.
+pub fn poisson_log(rates: &[f64], k: f64, window: usize, seed: u64) -> Vec<f64> {
+    let n = rates.len();
+    let mut prefix = vec![0.0; n + 1];
+    for (i, r) in rates.iter().enumerate() {
+        prefix[i + 1] = prefix[i] + r;
+    }
+    let half = window.max(1) / 2;
+    let mut state = seed | 1;
+    let mut uniform = move || {
+        // xorshift64*: enough for a bench's noise.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|s| {
+            let (lo, hi) = (s.saturating_sub(half), (s + half).min(n - 1));
+            let lam = k * (prefix[hi + 1] - prefix[lo]) / (hi + 1 - lo) as f64;
+            if lam <= 0.0 {
+                0.0
+            } else if lam < 30.0 {
+                // Knuth: count uniforms until their product drops below e^-λ.
+                let (limit, mut p, mut c) = ((-lam).exp(), 1.0, 0.0);
+                loop {
+                    p *= uniform();
+                    if p <= limit {
+                        break c;
+                    }
+                    c += 1.0;
+                }
+            } else {
+                // Normal approximation (Box–Muller), rounded.
+                let (u1, u2) = (uniform().max(1e-300), uniform());
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                (lam + lam.sqrt() * z).round().max(0.0)
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
