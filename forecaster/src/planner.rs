@@ -196,9 +196,9 @@ pub enum Reason {
         in_s: f64,
         p_arrival: f64,
     },
-    /// Following the KEDA + HPA shadow's own count: on the recent evidence it beats every
-    /// candidate margin (cost + price × late), e.g. on noisy low-rate traffic its 5-minute
-    /// scale-in hold is the best hold there is.
+    /// Following the KEDA + HPA shadow's own count: over the last two days it beats every
+    /// candidate margin (cost + price × late) by 1.5×, e.g. on noisy low-rate request logs,
+    /// where its 60-second mean with a 5-minute scale-in hold is the best margin there is.
     StatusQuo {
         replicas: u32,
     },
@@ -231,7 +231,7 @@ impl fmt::Display for Reason {
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
             Reason::StatusQuo { replicas } => {
-                write!(f, "status quo: KEDA + HPA's own count {replicas} beats every margin on recent evidence")
+                write!(f, "status quo: KEDA + HPA's own count {replicas} beats every margin over the last two days")
             }
             Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
         }
@@ -1237,7 +1237,7 @@ pub struct Planner {
     price_gain: f64,
     cand_idx: Option<usize>,
     /// The reactive shadow's count is followed instead of a candidate margin (it beats them
-    /// all on the selection evidence; see `chosen_candidate`).
+    /// all on the two-day evidence; see `chosen_candidate`).
     follow_shadow: bool,
     /// A costlier candidate with fewer misses the followed one is mixed with, and its share:
     /// the candidates are a coarse grid, so the budget left between the best eligible one and
@@ -1981,9 +1981,13 @@ impl Planner {
         let brake = self.spent().then(|| self.shadow.cost_s / overhead);
         let i = self.cf.best(price, self.cand_idx, budget, brake);
         self.cand_idx = Some(i);
-        // The status quo as one more choice: following a candidate costs its counterfactual
-        // spend times the planner's measured overhead over it; following the shadow costs the
-        // shadow's own. Switching either way needs a 2 % edge (as between candidates).
+        // The status quo as one more choice, judged on the two-day evidence (the selection
+        // half-life would follow the shadow right after a burst it happened to handle):
+        // following a candidate costs its counterfactual spend times the planner's measured
+        // overhead over it; following the shadow costs the shadow's own. Only after a day,
+        // and never on a grid (where the planner's change-point pulses beat its own
+        // candidates' counterfactual, so that comparison misjudges); it takes a 1.5× edge to
+        // switch to the shadow and a fall below 1.2× to switch back.
         let j_cand = self.cf.cost[i] * overhead + price * self.cf.late[i];
         let j_shadow = self.shadow.cost + price * self.shadow.late;
         self.follow_shadow = self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
