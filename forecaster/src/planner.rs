@@ -1948,6 +1948,7 @@ impl Planner {
     /// before that, the conservative default (hold the recent peak of the effective demand).
     fn chosen_candidate(&mut self) -> Cand {
         if !self.cf_warm() {
+            self.follow_shadow = false;
             return Cand::from_index(CF_N - 1);
         }
         // Price feedback: while the followed candidate's recent miss share is above the
@@ -2135,7 +2136,7 @@ impl Planner {
                 p_arrival: self.p_arrival(t),
             };
         }
-        if self.follow_shadow && self.cf_warm() && self.intervals_seen >= 4 {
+        if self.follow_shadow {
             desired = self.shadow.n();
             reason = Reason::StatusQuo { replicas: desired };
         }

@@ -408,10 +408,11 @@ impl Cluster {
     /// unknown (cluster off, not discovered yet, or not refreshed since).
     pub fn target_pods(&self, id: &ScalerId) -> Option<crate::sources::TargetPods> {
         let t = read(&self.inner.targets).get(id).cloned()?;
-        let info = read(&t.info).clone()?;
+        let info = read(&t.info);
+        let info = info.as_ref()?;
         let view = read(&t.view);
         view.refreshed
-            .then(|| crate::sources::TargetPods { pods: view.pods.clone(), spec_replicas: self.spec_replicas(&info) })
+            .then(|| crate::sources::TargetPods { pods: view.pods.clone(), spec_replicas: self.spec_replicas(info) })
     }
 
     /// The target's `spec.replicas` as the workload watch holds it now (the HPA writes it
@@ -419,16 +420,18 @@ impl Cluster {
     /// that watch is not synced or is failing.
     fn spec_replicas(&self, info: &TargetInfo) -> Option<u32> {
         let stores = self.inner.stores.as_ref()?;
-        let watch = if info.kind == "StatefulSet" { "statefulsets" } else { "deployments" };
+        use kube::runtime::reflector::ObjectRef;
+        let (watch, replicas) = if info.kind == "StatefulSet" {
+            let key = ObjectRef::new(&info.name).within(&info.namespace);
+            ("statefulsets", stores.statefulsets.get(&key).map(|s| s.spec.replicas))
+        } else {
+            let key = ObjectRef::new(&info.name).within(&info.namespace);
+            ("deployments", stores.deployments.get(&key).map(|d| d.spec.replicas))
+        };
         if !lock(&stores.health).get(watch).is_some_and(|h| h.healthy()) {
             return None;
         }
-        use kube::runtime::reflector::ObjectRef;
-        let replicas = if info.kind == "StatefulSet" {
-            stores.statefulsets.get(&ObjectRef::new(&info.name).within(&info.namespace)).map(|s| s.spec.replicas)
-        } else {
-            stores.deployments.get(&ObjectRef::new(&info.name).within(&info.namespace)).map(|d| d.spec.replicas)
-        }?;
+        let replicas = replicas?;
         // The API server defaults an absent spec.replicas to 1.
         u32::try_from(replicas.unwrap_or(1)).ok()
     }

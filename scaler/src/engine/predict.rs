@@ -62,7 +62,8 @@ impl PlannedFleet {
         let (ready, pods) = (count(ready.min(pods)), count(pods));
         match spec_replicas {
             Some(n) => {
-                PlannedFleet { ready: ready.min(n), warming: n - ready.min(n), source: FleetSource::PodsAndSpec }
+                let ready = ready.min(n);
+                PlannedFleet { ready, warming: n - ready, source: FleetSource::PodsAndSpec }
             }
             None => PlannedFleet { ready, warming: pods - ready, source: FleetSource::Pods },
         }
