@@ -107,7 +107,7 @@ fn spawn_watch<K>(
 ) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     health.lock().unwrap_or_else(|e| e.into_inner()).entry(what).or_default();
     tokio::spawn(async move {
@@ -117,22 +117,6 @@ where
             if let Err(e) = &ev {
                 tracing::debug!(watch = what, error = %e, "Kubernetes watch error");
             }
-            record(&health, what, &ev);
-        }
-    })
-}
-
-fn spawn_dynamic_watch(
-    api: Api<DynamicObject>,
-    writer: reflector::store::Writer<DynamicObject>,
-    health: HealthMap,
-    what: &'static str,
-) -> JoinHandle<()> {
-    health.lock().unwrap_or_else(|e| e.into_inner()).entry(what).or_default();
-    tokio::spawn(async move {
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
             record(&health, what, &ev);
         }
     })
@@ -208,13 +192,23 @@ pub fn watch_all(client: &kube::Client) -> (Stores, Vec<JoinHandle<()>>) {
             "statefulsets",
             strip_statefulset,
         ),
-        spawn_dynamic_watch(
+        // Karpenter's kinds (karpenter.sh/v1) have no k8s-openapi types: read untyped.
+        spawn_watch(
             Api::all_with(client.clone(), &nodeclaim_resource()),
+            watcher::Config::default(),
             claims_w,
             health.clone(),
             "nodeclaims",
+            strip_managed_fields,
         ),
-        spawn_dynamic_watch(Api::all_with(client.clone(), &nodepool_resource()), pools_w, health.clone(), "nodepools"),
+        spawn_watch(
+            Api::all_with(client.clone(), &nodepool_resource()),
+            watcher::Config::default(),
+            pools_w,
+            health.clone(),
+            "nodepools",
+            strip_managed_fields,
+        ),
     ];
     (Stores { pods, nodes, deployments, statefulsets, nodeclaims, nodepools, health }, tasks)
 }
