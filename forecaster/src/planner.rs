@@ -31,10 +31,13 @@
 //!   spend) are not eligible; the headroom left between the best eligible candidate and a
 //!   better, costlier one of the same kind is spent on a convex mix of their planned demands
 //!   (the candidate grid is coarse), once the budget has a few hours of evidence;
-//! - after a day of evidence without a window grid, answers with the shadow's own count
-//!   while the shadow's two-day cost + price × late beats the best candidate's by 1.5×
-//!   (until it is back within 1.2×): on noisy low-rate request logs the HPA's 60-second mean
-//!   with its 5-minute hold is the best margin there is;
+//! - without a window grid, may answer with the status quo's own count: the shadow's, or a
+//!   rate rule's (`RateRule`: the HPA's shape sized on the mean arrival rate plus its Poisson
+//!   noise) that beat it on both cost and misses. After a day of evidence while the status
+//!   quo's two-day cost + price × late beats the best candidate's by 1.5× (until it is back
+//!   within 1.2×): on noisy low-rate request logs a 1–3-minute mean with a 5-minute hold is
+//!   the best margin there is. After an hour, whenever no candidate fits the budget (the
+//!   status quo costs what the budget is; the cheapest margin misses far more);
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
 //!   shortfall over W) over max(SLO, W/10);
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
@@ -196,11 +199,16 @@ pub enum Reason {
         in_s: f64,
         p_arrival: f64,
     },
-    /// Following the KEDA + HPA shadow's own count: over the last two days it beats every
-    /// candidate margin (cost + price × late) by 1.5×, e.g. on noisy low-rate request logs,
-    /// where its 60-second mean with a 5-minute scale-in hold is the best margin there is.
+    /// Following the status quo's own count: the KEDA + HPA shadow's, or (`rule`) a rate
+    /// rule of the same shape that beat it on both cost and misses over the evidence. Either
+    /// because over the last two days it beats every candidate margin (cost + price × late)
+    /// by 1.5×, e.g. on noisy low-rate request logs, where a 1–3-minute mean with a 5-minute
+    /// scale-in hold is the best margin there is; or (`starved`) because no margin fits the
+    /// budget any more, which the status quo defines.
     StatusQuo {
         replicas: u32,
+        rule: Option<RateRule>,
+        starved: bool,
     },
     /// Clamped to the configured bounds.
     Bound {
@@ -230,11 +238,38 @@ impl fmt::Display for Reason {
                 write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W")
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
-            Reason::StatusQuo { replicas } => {
-                write!(f, "status quo: KEDA + HPA's own count {replicas} beats every margin over the last two days")
+            Reason::StatusQuo { replicas, rule, starved } => {
+                write!(f, "status quo: {replicas} replicas by ")?;
+                match rule {
+                    Some(r) => write!(f, "{r} (beat KEDA + HPA on cost and misses)")?,
+                    None => write!(f, "KEDA + HPA's own count")?,
+                }
+                if *starved {
+                    write!(f, "; no margin fits the budget")
+                } else {
+                    write!(f, "; it beats every margin over the last two days")
+                }
             }
             Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
         }
+    }
+}
+
+/// A reactive rule of KEDA + HPA's shape (scale-up limit, queue trigger, 300-s scale-down
+/// hold and cooldown) sized on the arrival rate rather than on utilisation: `m` × the mean
+/// rate over the last `window_s` seconds plus `z` standard deviations of a Poisson count
+/// over the SLO (`z · sqrt(rate / SLO)`), so its headroom is the queueing noise of the
+/// traffic it sees rather than a fixed 25 %.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateRule {
+    pub m: f64,
+    pub z: f64,
+    pub window_s: f64,
+}
+
+impl fmt::Display for RateRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}× the {:.0}-s mean rate + {}σ of its noise", self.m, self.window_s, self.z)
     }
 }
 
@@ -667,6 +702,21 @@ const PRICE_FEEDBACK_SPEND_SHARE: f64 = 0.9;
 const BLEND_HEADROOM_SHARE: f64 = 1.0;
 /// Seconds of counterfactual evidence before the planner may follow the status quo.
 const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
+/// Seconds of evidence before a starved planner (no margin within the budget) follows the
+/// status quo instead of the cheapest margin: on less, the budget is the first bursts' spend.
+const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
+/// The rate rules run beside the KEDA + HPA shadow: the rate over 2 or 3 minutes, with a
+/// noise term of about one standard deviation and a multiplier around 1.
+const RATE_RULES: [RateRule; 4] = [
+    RateRule { m: 1.0, z: 1.0, window_s: 120.0 },
+    RateRule { m: 1.0, z: 1.0, window_s: 180.0 },
+    RateRule { m: 0.9, z: 1.0, window_s: 120.0 },
+    RateRule { m: 1.1, z: 0.5, window_s: 120.0 },
+];
+/// A rate rule stands in for the status quo only where it cost no more than KEDA + HPA over
+/// the two-day evidence and was late on at most this share of KEDA + HPA's late mass, over
+/// both the two-day and the selection evidence.
+const RATE_RULE_MISS_SHARE: f64 = 0.8;
 /// Seconds of counterfactual evidence before the planner follows its choice.
 const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
@@ -1045,6 +1095,8 @@ const SHADOW_WARMING_CAP: usize = 256;
 /// spends at most what the default autoscaler would have, and buys attainment with it.
 #[derive(Debug, Clone)]
 struct ReactiveShadow {
+    /// `None`: KEDA + HPA itself (REPLAY.md's reactive policy); otherwise a rate rule.
+    rule: Option<RateRule>,
     ready: u32,
     warming: VecDeque<(f64, u32)>,
     backlog: f64,
@@ -1060,10 +1112,12 @@ struct ReactiveShadow {
 }
 
 impl ReactiveShadow {
-    fn new() -> Self {
+    fn new(rule: Option<RateRule>) -> Self {
         ReactiveShadow {
+            rule,
             ready: 0,
-            warming: VecDeque::with_capacity(SHADOW_WARMING_CAP),
+            // Grows with use: a handful of batches in flight, at most SHADOW_WARMING_CAP.
+            warming: VecDeque::new(),
             backlog: 0.0,
             last_active: 0.0,
             kept: VecDeque::new(),
@@ -1087,7 +1141,9 @@ impl ReactiveShadow {
             self.last_active = t;
         }
         let ready = self.ready as f64;
-        let util = if rate > ready * mu && self.ready > 0 {
+        let util = if let Some(RateRule { m, z, .. }) = self.rule {
+            ((rate * m + z * (rate / slo.max(1e-9)).sqrt()) / mu - 1e-9).ceil().max(0.0)
+        } else if rate > ready * mu && self.ready > 0 {
             (ready / 0.8).ceil()
         } else {
             (rate.min(ready * mu) / (0.8 * mu)).ceil()
@@ -1225,6 +1281,12 @@ pub struct Planner {
     recent_need: VecDeque<(f64, u32)>,
     cf: Counterfactual,
     shadow: ReactiveShadow,
+    /// The rate rules (`RATE_RULES`) on the same arrivals, and the one standing in for the
+    /// status quo (it beat KEDA + HPA on both axes), if any.
+    rate_rules: Vec<ReactiveShadow>,
+    rate_rule: Option<usize>,
+    /// Following the status quo because no margin fits the budget.
+    starved: bool,
     /// Decayed replica-seconds the planner itself asked for, and what the counterfactual
     /// charged the candidates it followed for the same time (their ratio is the overhead of
     /// the hold, the drain and the bounds over the bare candidate).
@@ -1386,7 +1448,10 @@ impl Planner {
             intervals_seen: 0,
             recent_need: VecDeque::new(),
             cf: Counterfactual::new(),
-            shadow: ReactiveShadow::new(),
+            shadow: ReactiveShadow::new(None),
+            rate_rules: RATE_RULES.iter().map(|&r| ReactiveShadow::new(Some(r))).collect(),
+            rate_rule: None,
+            starved: false,
             own_cost: 0.0,
             followed_cf_cost: 0.0,
             last_desired: 0,
@@ -1465,6 +1530,9 @@ impl Planner {
         let decay = (-dt * std::f64::consts::LN_2 / CF_HALF_LIFE_S).exp();
         let decay_s = self.cf.select_decay(dt);
         self.shadow.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay, decay_s);
+        for r in self.rate_rules.iter_mut() {
+            r.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay, decay_s);
+        }
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
             let mut followed =
@@ -1473,7 +1541,7 @@ impl Planner {
                 followed += th * (self.cf.reps[k] as f64 - followed);
             }
             if self.follow_shadow {
-                followed = self.shadow.n() as f64;
+                followed = self.status_quo().n() as f64;
             }
             self.followed_cf_cost = self.followed_cf_cost * decay + followed * dt;
         }
@@ -1674,6 +1742,34 @@ impl Planner {
         let active_recent = self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let (mu, slo, max_r) = (self.cfg.capacity, self.cfg.slo_s, self.cfg.max_replicas);
         self.shadow.decide(t, n0, rate60, active_recent, mu, slo, self.w, max_r);
+        for k in 0..self.rate_rules.len() {
+            let window = self.rate_rules[k].rule.map_or(60.0, |r| r.window_s);
+            let rate = self.history.mass_between(t - window, t) / window;
+            self.rate_rules[k].decide(t, n0, rate, active_recent, mu, slo, self.w, max_r);
+        }
+    }
+
+    /// The status quo the planner may follow: the rate rule that beat KEDA + HPA on both
+    /// cost and misses, if one did, else KEDA + HPA.
+    fn status_quo(&self) -> &ReactiveShadow {
+        self.rate_rule.and_then(|k| self.rate_rules.get(k)).unwrap_or(&self.shadow)
+    }
+
+    /// The rate rule (index) with the lowest two-day cost + `price` × late among those that
+    /// beat KEDA + HPA on both axes (see `RATE_RULE_MISS_SHARE`).
+    fn best_rate_rule(&self, price: f64) -> Option<usize> {
+        let hpa = &self.shadow;
+        let mut best: Option<(usize, f64)> = None;
+        for (k, r) in self.rate_rules.iter().enumerate() {
+            let beats = r.cost <= hpa.cost
+                && r.late <= RATE_RULE_MISS_SHARE * hpa.late
+                && r.late_s <= RATE_RULE_MISS_SHARE * hpa.late_s;
+            let j = r.cost + price * r.late;
+            if beats && best.is_none_or(|(_, bj)| j < bj) {
+                best = Some((k, j));
+            }
+        }
+        best.map(|(k, _)| k)
     }
 
     fn feed_step(&mut self, step: i64, peak: f64, active: bool) {
@@ -1949,6 +2045,7 @@ impl Planner {
     fn chosen_candidate(&mut self) -> Cand {
         if !self.cf_warm() {
             self.follow_shadow = false;
+            self.starved = false;
             return Cand::from_index(CF_N - 1);
         }
         // Price feedback: while the followed candidate's recent miss share is above the
@@ -1989,11 +2086,23 @@ impl Planner {
         // and never on a grid (where the planner's change-point pulses beat its own
         // candidates' counterfactual, so that comparison misjudges); it takes a 1.5× edge to
         // switch to the shadow and a fall below 1.2× to switch back.
+        //
+        // The status quo is KEDA + HPA, or a rate rule where one has beaten it on both axes
+        // (on noisy request logs a rate rule with a Poisson noise term spends a few per cent
+        // less for fewer misses). And when even the chosen margin is over the budget (the
+        // planner has already spent what the status quo would have), the cheapest margin is
+        // a poor fallback: it saves little and misses much more on noisy traffic; the status
+        // quo costs what the budget is. Off a grid, after an hour of evidence.
+        self.rate_rule = self.best_rate_rule(price);
+        let sq = self.status_quo();
         let j_cand = self.cf.cost[i] * overhead + price * self.cf.late[i];
-        let j_shadow = self.shadow.cost + price * self.shadow.late;
-        self.follow_shadow = self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
-            && self.grid.period().is_none()
-            && if self.follow_shadow { j_cand >= j_shadow * 1.2 } else { j_cand > j_shadow * 1.5 };
+        let j_sq = sq.cost + price * sq.late;
+        let off_grid = self.grid.period().is_none();
+        self.starved = off_grid && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S && self.cf.cost[i] > budget;
+        self.follow_shadow = self.starved
+            || (off_grid
+                && self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
+                && if self.follow_shadow { j_cand >= j_sq * 1.2 } else { j_cand > j_sq * 1.5 });
         // Mixing spends the headroom left under the budget, so it waits until the budget
         // itself is settled: a few hours of counterfactual evidence (a quarter half-life).
         self.blend = if self.cf.seen_s >= 0.25 * CF_HALF_LIFE_S { self.cf.partner(i, price, budget) } else { None };
@@ -2137,8 +2246,9 @@ impl Planner {
             };
         }
         if self.follow_shadow {
-            desired = self.shadow.n();
-            reason = Reason::StatusQuo { replicas: desired };
+            desired = self.status_quo().n();
+            let rule = self.rate_rule.map(|k| RATE_RULES[k]);
+            reason = Reason::StatusQuo { replicas: desired, rule, starved: self.starved };
         }
         desired = desired.max(busy_floor);
         // Until the counterfactual has evidence, the fleet we were handed is kept: shedding it
@@ -2177,7 +2287,10 @@ impl Planner {
             miss_price_gain: self.price_gain,
             spent: self.spent(),
             margin: if self.follow_shadow {
-                Some("KEDA + HPA's own count (the status quo)".to_string())
+                Some(match self.rate_rule {
+                    Some(k) => format!("the status quo: {} (beat KEDA + HPA on cost and misses)", RATE_RULES[k]),
+                    None => "KEDA + HPA's own count (the status quo)".to_string(),
+                })
             } else {
                 followed.map(|i| Cand::from_index(i).to_string())
             },
@@ -2235,8 +2348,11 @@ impl Planner {
             + self.wake_level.approx_heap_bytes()
             + self.recent_need.capacity() * 16
             + self.cf.approx_heap_bytes()
-            + self.shadow.warming.capacity() * 16
-            + self.shadow.kept.capacity() * 16
+            + self.rate_rules.capacity() * std::mem::size_of::<ReactiveShadow>()
+            + std::iter::once(&self.shadow)
+                .chain(&self.rate_rules)
+                .map(|r| (r.warming.capacity() + r.kept.capacity()) * 16)
+                .sum::<usize>()
             + self.cached.as_ref().map(|c| c.weights.capacity() * 8).unwrap_or(0)
     }
 }
@@ -2805,12 +2921,14 @@ mod tests {
     }
 
     #[test]
-    fn on_noisy_low_rate_traffic_the_status_quo_is_followed_only_after_a_day() {
+    fn on_noisy_low_rate_traffic_the_status_quo_is_followed_after_a_day_or_when_starved() {
         // A request log of Poisson arrivals around 2 req/s with daily cycles, about 8
         // replicas (the first days of the bundled 14-day trace as the scorecard's poisson-log
-        // variant replays it: the sum scaled to a mean of 2 req/s, its capacity alike): the
-        // HPA's 60-second mean with its 5-minute hold beats every candidate margin at that
-        // spend. After a day of evidence, and only then, the planner follows its count.
+        // variant replays it: the sum scaled to a mean of 2 req/s, its capacity alike): a
+        // 1–3-minute mean with a 5-minute hold beats every candidate margin at that spend.
+        // The planner follows the status quo on two-day evidence only after a day, and as the
+        // fallback of a starved budget only after an hour (here: from the end of the first
+        // day, when the early spend has used the budget up); either way with its exact count.
         let days = 4 * 86_400;
         let src = crate::trace::parse_trace(include_str!("../../examples/traces/servegen-m-large-14d.csv")).unwrap();
         let rates = &src.arrivals[..days];
@@ -2819,15 +2937,54 @@ mod tests {
         let sc = scenario_defaults(&trace, 25.0 * k, 60, 5.0, 15, 0, None, None);
         let mut pre = PrescalePolicy::new(&sc).unwrap().record_reasons(true);
         simulate(&trace, &sc, &mut pre, None);
-        let followed: Vec<&(u64, u32, String)> =
-            pre.reasons().iter().filter(|(_, _, why)| why.starts_with("status quo")).collect();
-        assert!(!followed.is_empty(), "the status quo was never followed");
-        for (t, desired, why) in &followed {
+        type Why<'a> = Vec<&'a (u64, u32, String)>;
+        let followed: Why = pre.reasons().iter().filter(|(_, _, why)| why.starts_with("status quo")).collect();
+        let (starved, evidence): (Why, Why) =
+            followed.iter().copied().partition(|(_, _, why)| why.ends_with("no margin fits the budget"));
+        assert!(!starved.is_empty(), "a starved budget never fell back on the status quo");
+        for (t, _, why) in &evidence {
             assert!(*t as f64 >= STATUS_QUO_MIN_EVIDENCE_S, "followed at t = {t}: {why}");
+        }
+        for (t, _, why) in &starved {
+            assert!(*t as f64 >= STARVED_STATUS_QUO_MIN_EVIDENCE_S, "followed at t = {t}: {why}");
+        }
+        for (_, desired, why) in &followed {
             let count: u32 = why.split_whitespace().find_map(|w| w.parse().ok()).unwrap();
             assert_eq!(*desired, count, "{why}");
         }
-        assert_eq!(pre.planner().snapshot().budget.margin.as_deref(), Some("KEDA + HPA's own count (the status quo)"));
+    }
+
+    #[test]
+    fn a_rate_rule_stands_in_for_the_status_quo_only_where_it_beat_keda_hpa_on_both_axes() {
+        let mut p = planner(60.0);
+        let (cost, late) = (1000.0, 10.0);
+        p.shadow.cost = cost;
+        p.shadow.late = late;
+        p.shadow.late_s = late;
+        let set = |r: &mut ReactiveShadow, c: f64, l: f64, ls: f64| {
+            r.cost = c;
+            r.late = l;
+            r.late_s = ls;
+        };
+        // 0: cheaper but late on 0.9× the HPA's mass; 1: costlier with no misses; 2: cheaper,
+        // fewer misses over two days but not recently; 3: cheaper with half the misses.
+        set(&mut p.rate_rules[0], 900.0, 9.0, 9.0);
+        set(&mut p.rate_rules[1], 1001.0, 0.0, 0.0);
+        set(&mut p.rate_rules[2], 800.0, 5.0, 9.5);
+        set(&mut p.rate_rules[3], 950.0, 5.0, 5.0);
+        assert_eq!(p.best_rate_rule(1.0), Some(3));
+        // With 3 gone, none qualifies: the status quo is KEDA + HPA.
+        set(&mut p.rate_rules[3], 950.0, 8.5, 5.0);
+        assert_eq!(p.best_rate_rule(1.0), None);
+        p.rate_rule = None;
+        assert!(p.status_quo().rule.is_none());
+        // Among two that qualify, the lower cost + price × late wins, whatever the price.
+        set(&mut p.rate_rules[0], 990.0, 0.0, 0.0);
+        set(&mut p.rate_rules[3], 900.0, 8.0, 8.0);
+        assert_eq!(p.best_rate_rule(1.0), Some(3));
+        assert_eq!(p.best_rate_rule(100.0), Some(0));
+        p.rate_rule = Some(0);
+        assert_eq!(p.status_quo().rule, Some(RATE_RULES[0]));
     }
 
     #[test]
