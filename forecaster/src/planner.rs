@@ -2287,10 +2287,11 @@ impl Planner {
             miss_price_gain: self.price_gain,
             spent: self.spent(),
             margin: if self.follow_shadow {
-                Some(match self.rate_rule {
+                let sq = match self.rate_rule {
                     Some(k) => format!("the status quo: {} (beat KEDA + HPA on cost and misses)", RATE_RULES[k]),
                     None => "KEDA + HPA's own count (the status quo)".to_string(),
-                })
+                };
+                Some(if self.starved { format!("{sq}; no margin fits the budget") } else { sq })
             } else {
                 followed.map(|i| Cand::from_index(i).to_string())
             },
