@@ -2956,6 +2956,33 @@ mod tests {
     }
 
     #[test]
+    fn the_planner_state_stays_under_256_kib_however_long_it_runs() {
+        // Nine days (past the 8-day history tiers and the week season) of a noisy request log
+        // with daily cycles and idle gaps: every structure that grows with use (history,
+        // counterfactual orders, the KEDA + HPA and rate-rule shadows' queues, the idle
+        // histogram) must have reached its bound, and the whole stays under 256 KiB.
+        let days = 9 * 86_400;
+        let src = crate::trace::parse_trace(include_str!("../../examples/traces/servegen-m-large-14d.csv")).unwrap();
+        let mut rates = src.arrivals[..days].to_vec();
+        // An idle hour every six hours, so the idle tracker and wake rules see gaps too.
+        for (s, r) in rates.iter_mut().enumerate() {
+            if s % 21_600 < 3_600 {
+                *r = 0.0;
+            }
+        }
+        let k = 2.0 * days as f64 / rates.iter().sum::<f64>();
+        let trace = crate::trace::trace_from_rates(1, &crate::trace::poisson_log(&rates, k, 600, 11));
+        let sc = scenario_defaults(&trace, 25.0 * k, 180, 5.0, 15, 0, None, None);
+        let mut pre = PrescalePolicy::new(&sc).unwrap();
+        simulate(&trace, &sc, &mut pre, None);
+        let bytes = pre.planner().approx_heap_bytes();
+        assert!(bytes < 256 * 1024, "planner state {bytes} bytes");
+        // (About 193 KiB here: a planner that had recorded nothing would meet the bound trivially.)
+        assert!(bytes > 64 * 1024, "planner state {bytes} bytes");
+        assert_eq!(pre.planner().snapshot().heap_bytes, bytes);
+    }
+
+    #[test]
     fn a_rate_rule_stands_in_for_the_status_quo_only_where_it_beat_keda_hpa_on_both_axes() {
         let mut p = planner(60.0);
         let (cost, late) = (1000.0, 10.0);
