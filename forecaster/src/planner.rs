@@ -1742,9 +1742,19 @@ impl Planner {
         let active_recent = self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let (mu, slo, max_r) = (self.cfg.capacity, self.cfg.slo_s, self.cfg.max_replicas);
         self.shadow.decide(t, n0, rate60, active_recent, mu, slo, self.w, max_r);
+        // Rules share windows (three of the four read the 2-minute mean): each window's mean
+        // is summed from the history once per decision.
+        let mut means = [(f64::NAN, 0.0); RATE_RULES.len()];
         for k in 0..self.rate_rules.len() {
             let window = self.rate_rules[k].rule.map_or(60.0, |r| r.window_s);
-            let rate = self.history.mass_between(t - window, t) / window;
+            let rate = match means.iter().find(|(w, _)| *w == window) {
+                Some(&(_, r)) => r,
+                None => {
+                    let r = self.history.mass_between(t - window, t) / window;
+                    means[k] = (window, r);
+                    r
+                }
+            };
             self.rate_rules[k].decide(t, n0, rate, active_recent, mu, slo, self.w, max_r);
         }
     }
