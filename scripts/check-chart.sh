@@ -54,7 +54,8 @@ CHART = os.environ.get("PRESCALE_CHART_DIR", "deploy/helm/prescale")
 NAMESPACE = "prescale"
 RELEASE = "prescale"
 KUBE_VERSIONS = ["1.27.0", kv.latest_version()]
-PRESCALE_BIN = os.environ.get("PRESCALE_BIN", "target/debug/prescale")
+PRESCALE_BIN = os.environ.get(
+    "PRESCALE_BIN", os.path.join(os.environ.get("CARGO_TARGET_DIR") or "target", "debug", "prescale"))
 checked_metadata = 0
 
 problems = []
