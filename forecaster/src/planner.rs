@@ -2185,7 +2185,8 @@ impl Planner {
         // Backlog drain: replicas started now help only after W, so the backlog to drain is
         // the one there will be then: today's plus what the ready fleet falls short of the
         // arrival rate over W (on a grid, the window's own rate: a step is ordered for at
-        // once); it is drained over max(SLO, W/10) once the replicas are ready.
+        // once); it is drained over `drain_horizon` (max(SLO, W/10), off a grid at least two
+        // decision intervals) once the replicas are ready.
         let drain = backlog_at_ready(b, snap.rate, ready as f64 * mu, self.w) / snap.drain_s;
         let recent_arrival =
             self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
