@@ -39,7 +39,8 @@
 //!   the best margin there is. After an hour, whenever no candidate fits the budget (the
 //!   status quo costs what the budget is; the cheapest margin misses far more);
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
-//!   shortfall over W) over max(SLO, W/10);
+//!   shortfall over W) over max(SLO, W/10), and off a grid over at least two decision
+//!   intervals (a faster drain is cancelled, still warming, at the next decision);
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
 //!   a burst with new replicas, but keeps the ready ones serving it).
 //!
