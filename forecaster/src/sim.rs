@@ -34,8 +34,8 @@
 //!   ties the text decides otherwise: `0.1 + 0.2 − 0.3` leaves a backlog of `5.6e-17` (a queue
 //!   the reactive policy then counts as active, and the oracle as a carried backlog that costs
 //!   a replica), a backlog that reaches `r·μ·slo` exactly reads as over it, and `(0.1 + 0.2) / 0.1`
-//!   rounds above 3 and ceils to 4. So a backlog within [`tie`] of 0 is 0, and the reference
-//!   policies compare and round within [`tie`] ([`ceil_tie`]). Then an exact-arithmetic
+//!   rounds above 3 and ceils to 4. So a backlog within `tie` of 0 is 0, and the reference
+//!   policies compare and round within `tie` (`ceil_tie`). Then an exact-arithmetic
 //!   scorer (`scripts/rescore.py`) reproduces every figure, and so does any `f64` scorer,
 //!   whatever its order of summation, except at ties. Without it the oracle's replica-seconds
 //!   differed from exact ones by up to 0.04 % and reactive's attainment by up to 0.13 pp on the
@@ -62,7 +62,7 @@ pub(crate) fn ceil_tie(x: f64) -> f64 {
     (x - tie(x)).ceil()
 }
 
-/// A backlog after one second's service: within [`tie`] of 0 is 0.
+/// A backlog after one second's service: within `tie` of 0 is 0.
 pub(crate) fn settle_backlog(b: f64) -> f64 {
     if b <= tie(b) {
         0.0
