@@ -11,12 +11,20 @@
 //! A rate series changes only at window boundaries, so a causal planner decides each window's
 //! capacity W before it starts, from the windows before it. The family replayed here does just
 //! that, with everything a planner would have to learn handed to it: the grid, and a margin
-//! `m` picked in hindsight from a sweep over the whole trace. At the last decision from which a
-//! start is ready by the next boundary it orders `ceil(m · base / μ)` replicas, where `base` is
-//! the largest rate of the current window and the `K − 1` windows before it; once the new
-//! window's rate has been seen for one interval it sheds down to that window's need (rate plus
-//! the drain of the backlog over the SLO). Every point is a real replay through the simulator
-//! of REPLAY.md, next to the planner's own and the oracle's cost.
+//! picked in hindsight from a sweep over the whole trace. At the last decision from which a
+//! start is ready by the next boundary it orders enough replicas for `base` times a margin,
+//! where `base` is the largest rate of the current window and the `K − 1` windows before it;
+//! once the new window's rate has been seen for one interval it sheds down to that window's
+//! need (rate plus the drain of the backlog over the SLO). Two margin families are swept:
+//!
+//! - `flat`: `base · m`, one relative margin at every level;
+//! - `scaled`: the planner's own two refinements, `base'· exp(3 (m − 1) / sqrt(base'/μ + 1))`
+//!   (a margin that narrows as the fleet grows, as a count process's relative noise does),
+//!   where `base'` is `base` moved 30 % of the way up towards the 1-hour mean of the window
+//!   rates when it dips below it (a dip refills).
+//!
+//! Every point is a real replay through the simulator of REPLAY.md, next to the planner's own
+//! and the oracle's cost.
 //!
 //! It prints, per warm-up, the best attainment this family reaches within 1.2× the oracle's
 //! GPU-hours and within the planner's own, and the least cost at which it reaches 99.5 %:
@@ -35,6 +43,10 @@ const WARMUPS: [u64; 3] = [60, 180, 420];
 /// Margins swept: 1.00, 1.02, …, 1.60.
 const MARGINS: std::ops::RangeInclusive<u32> = 50..=80;
 const HISTORIES: [usize; 3] = [1, 2, 3];
+/// How far a dip below the 1-hour level is moved back up in the `scaled` family.
+const DIP_REFILL: f64 = 0.3;
+/// Span of the level a dip is measured from, seconds.
+const LEVEL_S: f64 = 3600.0;
 
 /// Orders each window's capacity W ahead of its boundary from the largest of the last `k`
 /// window rates times `m`; sheds to the window's own need once its rate is seen.
@@ -47,17 +59,37 @@ struct WindowStep {
     window: u64,
     k: usize,
     m: f64,
+    /// The `scaled` family (level-scaled margin, dip refill) rather than `flat`.
+    scaled: bool,
     /// Mean rate of every completed window, in order.
     rates: Vec<f64>,
 }
 
 impl WindowStep {
-    fn new(mu: f64, slo: f64, warmup: u64, window: u64, k: usize, m: f64) -> Self {
+    fn new(mu: f64, slo: f64, warmup: u64, window: u64, k: usize, m: f64, scaled: bool) -> Self {
         let w = i64::try_from(warmup).unwrap_or(i64::MAX);
         let win = i64::try_from(window).unwrap_or(i64::MAX);
         let i = i64::try_from(INTERVAL).unwrap_or(1);
         let order_from = (win - w).div_euclid(i) * i;
-        Self { mu, slo, order_from, window, k, m, rates: Vec::new() }
+        Self { mu, slo, order_from, window, k, m, scaled, rates: Vec::new() }
+    }
+
+    /// The rate ordered for the next window from `base`.
+    fn target(&self, base: f64) -> f64 {
+        if !self.scaled {
+            return self.m * base;
+        }
+        // Exponential mean of ln(window rate) over about an hour of windows.
+        let alpha = (self.window as f64 / LEVEL_S).min(1.0);
+        let ln = |r: f64| r.max(1e-3).ln();
+        let level = self
+            .rates
+            .iter()
+            .skip(1)
+            .fold(self.rates.first().map_or(ln(base), |&r| ln(r)), |e, &r| e + alpha * (ln(r) - e));
+        let lb = ln(base);
+        let refilled = (lb + DIP_REFILL * (level - lb).max(0.0)).exp();
+        refilled * (3.0 * (self.m - 1.0) / (refilled / self.mu + 1.0).sqrt()).exp()
     }
 
     fn replicas(&self, rate: f64) -> f64 {
@@ -103,7 +135,7 @@ impl Policy for WindowStep {
         }
         if i64::try_from(pos).unwrap_or(i64::MAX) >= self.order_from {
             let base = self.rates.iter().rev().take(self.k - 1).fold(cur, |a, &r| a.max(r));
-            d = d.max(self.replicas(self.m * base));
+            d = d.max(self.replicas(self.target(base)));
         }
         d.min(f64::from(u32::MAX)) as u32
     }
@@ -125,11 +157,11 @@ fn run(tr: &Trace, capacity: f64, slo: f64) -> Result<(), String> {
             100.0 * p.slo_attainment,
             p.replica_seconds / orc
         );
-        for k in HISTORIES {
+        for (k, scaled) in HISTORIES.iter().flat_map(|&k| [(k, false), (k, true)]) {
             let mut points: Vec<(f64, Score)> = Vec::new();
             for m in MARGINS {
                 let m = f64::from(m) / 50.0;
-                let mut pol = WindowStep::new(capacity, slo, w, window_s, k, m);
+                let mut pol = WindowStep::new(capacity, slo, w, window_s, k, m, scaled);
                 points.push((m, simulate(tr, &sc, &mut pol, None).score));
             }
             let best_within = |cap: f64| {
@@ -149,7 +181,8 @@ fn run(tr: &Trace, capacity: f64, slo: f64) -> Result<(), String> {
                 None => "none in the sweep".to_string(),
             };
             println!(
-                "  K = {k}: best within 1.2×: {}; within prescale's cost: {}; cheapest reaching 99.5 %: {}",
+                "  {} K = {k}: best within 1.2×: {}; within prescale's cost: {}; cheapest reaching 99.5 %: {}",
+                if scaled { "scaled" } else { "flat  " },
                 show(best_within(1.2 * orc)),
                 show(best_within(p.replica_seconds)),
                 show(reaching)
