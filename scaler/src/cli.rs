@@ -260,8 +260,10 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
         }
         (trace, format!("{} from {}", q.query, crate::redact::redact_url(server)), None, None)
     } else if let Some(path) = &a.trace {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let trace = replay::load_trace(&text).with_context(|| path.display().to_string())?;
+        // Streamed line by line: a week of a busy service's request log is hundreds of MB.
+        let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let trace =
+            replay::read_trace_file(std::io::BufReader::new(file)).with_context(|| path.display().to_string())?;
         (trace, path.display().to_string(), None, None)
     } else {
         (replay::load_trace(replay::BUNDLED_TRACE)?, replay::BUNDLED_NAME.to_string(), Some(25.0), Some(5.0))

@@ -210,6 +210,15 @@ fn replay_rejects_bad_input_clearly() {
     let (ok, _, err) = prescale(&["replay", "--trace", f.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("--capacity"), "{err}");
+    // The file is streamed: bytes that are not UTF-8 are a read error on their line.
+    std::fs::write(&f, b"window_start_s,rate_rps\n0,1.0\n600,\xff\xfe\n").unwrap();
+    let (ok, _, err) = prescale(&["replay", "--trace", f.to_str().unwrap(), "--capacity", "1", "--slo", "5"]);
+    assert!(!ok);
+    assert!(err.contains("line 3") && err.contains("bad.csv"), "names the file and the line: {err}");
+    let missing = dir.join("missing.csv");
+    let (ok, _, err) = prescale(&["replay", "--trace", missing.to_str().unwrap(), "--capacity", "1", "--slo", "5"]);
+    assert!(!ok);
+    assert!(err.contains("missing.csv"), "names the file: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -273,6 +273,11 @@ pub fn load_trace(text: &str) -> Result<Trace, ReplayError> {
     Ok(parse_trace(text)?)
 }
 
+/// Parse a trace from a reader, line by line, without holding the file in memory.
+pub fn read_trace_file<R: std::io::BufRead>(reader: R) -> Result<Trace, ReplayError> {
+    Ok(prescale_forecaster::trace::read_trace(reader)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::short_num;
