@@ -110,6 +110,14 @@ pub struct ServeArgs {
     /// Drop a ScaledObject not asked about for this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub idle_drop_seconds: f64,
+    /// Prometheus that scrapes prescale's /metrics: a new ScaledObject's planner is warmed
+    /// from the demand prescale observed for it there (prescale_observed_demand_replicas), so
+    /// a restart keeps its daily and weekly patterns.
+    #[arg(long, env = "PRESCALE_HISTORY_PROMETHEUS")]
+    pub history_prometheus: Option<String>,
+    /// How far back the warm start reads (the planner keeps up to 8 days).
+    #[arg(long, default_value = "8d", env = "PRESCALE_HISTORY_LOOKBACK", value_parser = humantime::parse_duration)]
+    pub history_lookback: Duration,
     /// Serve the Kubernetes external metrics API (HTTPS) on this address, e.g. 0.0.0.0:6443.
     #[arg(long, requires_all = ["external_metrics_config", "external_metrics_cert", "external_metrics_key"])]
     pub external_metrics_addr: Option<SocketAddr>,
@@ -168,6 +176,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     tls_client_ca: a.tls_client_ca,
                     engine: EngineOptions {
                         idle_drop: Duration::from_secs_f64(a.idle_drop_seconds.max(0.1)),
+                        history: a.history_prometheus.clone().map(|server| crate::engine::history::HistoryOptions {
+                            server,
+                            lookback: a.history_lookback,
+                        }),
                         ..EngineOptions::default()
                     },
                     external_metrics: a.external_metrics_addr.map(|addr| crate::extmetrics::ExtOptions {

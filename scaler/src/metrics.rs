@@ -18,6 +18,9 @@ pub struct Metrics {
     pub source_errors: Family<Labels, Counter>,
     pub source_latency: Family<Labels, Histogram>,
     pub demand: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// What the planner observed (demand, or the arrival rate over `capacityPerReplica` when
+    /// larger): the history `serve --history-prometheus` warms a restarted replica from.
+    pub observed_demand: Family<Labels, Gauge<f64, AtomicU64>>,
     pub planned: Family<Labels, Gauge<i64>>,
     pub scaled_objects: Gauge<i64>,
     pub pollers: Gauge<i64>,
@@ -54,6 +57,7 @@ impl Metrics {
         let source_errors = Family::<Labels, Counter>::default();
         let source_latency = Family::<Labels, Histogram>::new_with_constructor(poll_hist as fn() -> Histogram);
         let demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let observed_demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let planned = Family::<Labels, Gauge<i64>>::default();
         let scaled_objects = Gauge::<i64>::default();
         let pollers = Gauge::<i64>::default();
@@ -70,6 +74,11 @@ impl Metrics {
         registry.register("source_poll_errors", "Failed source reads by source", source_errors.clone());
         registry.register("source_poll_duration_seconds", "Source read latency by kind", source_latency.clone());
         registry.register("demand_replicas", "Demand in replica-equivalents per ScaledObject", demand.clone());
+        registry.register(
+            "observed_demand_replicas",
+            "Demand the planner observed per ScaledObject, replica-equivalents (its warm-start history)",
+            observed_demand.clone(),
+        );
         registry.register("planned_replicas", "Planned replicas per ScaledObject", planned.clone());
         registry.register("scaled_objects", "ScaledObjects currently tracked", scaled_objects.clone());
         registry.register("pollers", "Distinct source polls currently running", pollers.clone());
@@ -96,6 +105,7 @@ impl Metrics {
             source_errors,
             source_latency,
             demand,
+            observed_demand,
             planned,
             scaled_objects,
             pollers,

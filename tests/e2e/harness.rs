@@ -276,3 +276,62 @@ pub fn dcgm_util_page(ns: &str, pods: &[(&str, f64)]) -> String {
     }
     out
 }
+
+/// A Prometheus of its own over blocks backfilled from OpenMetrics text with
+/// `promtool tsdb create-blocks-from openmetrics` (history that is days old, which a scrape
+/// cannot make). Killed on drop; its directory is removed.
+pub struct BackfilledPrometheus {
+    pub url: String,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for BackfilledPrometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl BackfilledPrometheus {
+    /// Backfill `openmetrics` (ending in `# EOF`) and serve it; ready once `ready_query`
+    /// (an instant query) returns one series.
+    pub async fn start(openmetrics: &str, ready_query: &str) -> BackfilledPrometheus {
+        let dir = std::env::temp_dir().join(unique("prescale-backfill"));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(dir.join("history.om"), openmetrics).unwrap();
+        let st = Command::new("promtool")
+            .args(["tsdb", "create-blocks-from", "openmetrics"])
+            .arg(dir.join("history.om"))
+            .arg(dir.join("data"))
+            .output()
+            .expect("promtool");
+        assert!(st.status.success(), "promtool: {}", String::from_utf8_lossy(&st.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::write(dir.join("prometheus.yml"), "global:\n  scrape_interval: 1m\n").unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        let prom = BackfilledPrometheus { url: format!("http://127.0.0.1:{port}"), child, dir };
+        eventually(60, "backfilled Prometheus ready with data", || {
+            let url = format!("{}/api/v1/query", prom.url);
+            async move {
+                let v = json_of(reqwest::Client::new().get(url).query(&[("query", ready_query)])).await?;
+                (v["data"]["result"].as_array()?.len() == 1).then_some(())
+            }
+        })
+        .await;
+        prom
+    }
+}
+
+/// The JSON body of a request's answer, or `None` on any failure (for `eventually`).
+pub async fn json_of(req: reqwest::RequestBuilder) -> Option<serde_json::Value> {
+    req.send().await.ok()?.json().await.ok()
+}

@@ -9,6 +9,7 @@ mod errors;
 mod extmetrics;
 mod gpu;
 mod harness;
+mod history;
 mod kafka;
 mod prometheus;
 mod rabbitmq;

@@ -244,15 +244,7 @@ async fn five_hundred_scaled_objects_share_one_amqp_connection() {
     let n = eventually(20, "broker lists prescale's connection", || {
         let (api, pid) = (api.clone(), pid.clone());
         async move {
-            let conns: serde_json::Value = reqwest::Client::new()
-                .get(&api)
-                .basic_auth("guest", Some("guest"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
+            let conns = json_of(reqwest::Client::new().get(&api).basic_auth("guest", Some("guest"))).await?;
             let n = conns
                 .as_array()?
                 .iter()

@@ -248,42 +248,9 @@ async fn replay_from_a_backfilled_prometheus_matches_the_same_csv() {
         csv.push_str(&format!("{},{}\n", i * 5, rate(i)));
     }
     om.push_str("# EOF\n");
-    std::fs::write(dir.join("demand.om"), om).unwrap();
     std::fs::write(dir.join("demand.csv"), &csv).unwrap();
-    let st = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(dir.join("demand.om"))
-        .arg(dir.join("data"))
-        .output()
-        .expect("promtool");
-    assert!(st.status.success(), "promtool: {}", String::from_utf8_lossy(&st.stderr));
-
-    // A Prometheus of its own over the backfilled blocks.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(dir.join("prometheus.yml"), "global:\n  scrape_interval: 1m\n").unwrap();
-    let mut prom = Command::new("prometheus")
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    let url = format!("http://127.0.0.1:{port}");
-    eventually(60, "backfilled Prometheus ready with data", || {
-        let url = url.clone();
-        async move {
-            let v: serde_json::Value =
-                reqwest::get(format!("{url}/api/v1/query?query=count_over_time(prescale_demand_rps[1d])"))
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
-            (v["data"]["result"].as_array()?.len() == 1).then_some(())
-        }
-    })
-    .await;
+    let prom = BackfilledPrometheus::start(&om, "count_over_time(prescale_demand_rps[1d])").await;
+    let url = prom.url.clone();
 
     let common = ["--capacity", "1", "--warmup", "60", "--slo", "5", "--policy", "all"];
     let s_prom = dir.join("prom.json");
@@ -304,8 +271,7 @@ async fn replay_from_a_backfilled_prometheus_matches_the_same_csv() {
     args.extend(common);
     args.extend(["--summary-out", s_prom.to_str().unwrap()]);
     let (ok, out, err) = prescale(&args);
-    let _ = prom.kill();
-    let _ = prom.wait();
+    drop(prom);
     assert!(ok, "{out}\n{err}");
     let s_csv = dir.join("csv.json");
     let csv_path = dir.join("demand.csv");

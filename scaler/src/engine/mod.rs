@@ -3,6 +3,7 @@
 //! the request path reads without I/O.
 
 pub mod clock;
+pub mod history;
 pub mod hpa;
 pub mod plan;
 pub mod poller;
@@ -33,11 +34,13 @@ pub struct EngineOptions {
     /// How long a first GetMetrics/IsActive waits for the first reading of a new
     /// ScaledObject before answering UNAVAILABLE.
     pub first_read_wait: Duration,
+    /// Warm each new ScaledObject's planner from the demand history in this Prometheus.
+    pub history: Option<history::HistoryOptions>,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_secs(3) }
+        Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_secs(3), history: None }
     }
 }
 
@@ -69,6 +72,11 @@ pub struct Snapshot {
     pub reactive_replicas: u32,
     /// The planner's view (forecast, plan, reason) when it runs.
     pub planner: Option<serde_json::Value>,
+    /// The demand the planner observed this tick (replica-equivalents), exported as
+    /// `prescale_observed_demand_replicas`: the history a restarted replica warms from.
+    pub observed_demand: Option<f64>,
+    /// How the planner's history was warmed at start (with `--history-prometheus`).
+    pub history: Option<String>,
 }
 
 type Identity = (String, String, BTreeMap<String, String>);
@@ -289,7 +297,8 @@ impl Engine {
         if let Some(c) = &cluster {
             c.track(&entry.config.id, &entry.config.cluster);
         }
-        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster));
+        let history = self.inner.opts.history.clone();
+        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster, history));
         *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         entry
     }
@@ -335,6 +344,7 @@ impl Engine {
             }
             let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
             self.inner.metrics.demand.remove(&labels);
+            self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
         }
         let n = removed.len();
@@ -429,7 +439,12 @@ impl Engine {
 
 /// The per-ScaledObject loop: at each aligned tick, wait for its pollers' reads of
 /// that tick (bounded), then plan and publish a snapshot.
-async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>, cluster: Option<crate::cluster::Cluster>) {
+async fn run_scaler(
+    weak: Weak<ScalerEntry>,
+    metrics: Arc<Metrics>,
+    cluster: Option<crate::cluster::Cluster>,
+    history: Option<history::HistoryOptions>,
+) {
     let (sample_ms, timeout_ms) = match weak.upgrade() {
         Some(e) => (e.config.sample.as_millis().max(1) as u64, e.config.source_timeout.as_millis() as u64),
         None => return,
@@ -443,6 +458,9 @@ async fn run_scaler(weak: Weak<ScalerEntry>, metrics: Arc<Metrics>, cluster: Opt
         }
         None => return,
     };
+    if let Some(h) = &history {
+        state.history = warm_from_history(&weak, h, sample_ms).await;
+    }
     // First round: whatever each poller has, as soon as each has finished one read.
     let mut tick = now_ms();
     let mut first = true;
@@ -479,6 +497,9 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
     let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
     if let Some(d) = snap.demand_replicas {
         metrics.demand.get_or_create(&labels).set(d);
+    }
+    if let Some(d) = snap.observed_demand {
+        metrics.observed_demand.get_or_create(&labels).set(d);
     }
     metrics.planned.get_or_create(&labels).set(i64::from(snap.replicas));
     let was_active = *e.active.borrow();
@@ -537,6 +558,8 @@ struct ScalerState {
     cluster: Option<crate::cluster::Cluster>,
     /// Per source: the shared reading narrowed to this ScaledObject's own pods (DCGM).
     narrowed: Vec<Narrowed>,
+    /// How the planner's history was warmed at start ([`history`]).
+    history: Option<String>,
 }
 
 /// A shared per-pod reading narrowed to the scale target's pods: its last good value and
@@ -562,7 +585,7 @@ impl ScalerState {
             }
         }
         let narrowed = config.sources.iter().map(|_| Narrowed::default()).collect();
-        Self { config: config.clone(), predictor_error, cluster, narrowed }
+        Self { config: config.clone(), predictor_error, cluster, narrowed, history: None }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -601,10 +624,12 @@ impl ScalerState {
         };
         let mut answer = (reactive, reactive_reason.clone());
         let mut planner = None;
+        let mut observed_demand = None;
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(p), Some(d)) = (guard.as_mut(), demand.as_ref()) {
             let arrival_rate = p.arrivals.update(tick_ms as f64 / 1000.0, &signals);
             let observed = predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica);
+            observed_demand = Some(observed);
             // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
             if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
                 if let Some(w) = c.measured_warmup(&self.config.id) {
@@ -671,6 +696,47 @@ impl ScalerState {
             reactive_replicas: reactive,
             planner,
             signals,
+            observed_demand,
+            history: self.history.clone(),
         }
     }
+}
+
+/// Fetch a new ScaledObject's demand history and replay it through its planner before the
+/// first live tick ([`history`]). Returns the note `/debug/scalers` shows; `None` when the
+/// ScaledObject has no planner (reactive mode) or is gone.
+async fn warm_from_history(weak: &Weak<ScalerEntry>, h: &history::HistoryOptions, sample_ms: u64) -> Option<String> {
+    let id = {
+        let e = weak.upgrade()?;
+        let has_planner = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        has_planner.then(|| e.config.id.clone())?
+    };
+    let step_s = (sample_ms / 1000).max(1);
+    let now_s = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);
+    let fetched = history::fetch(&reqwest::Client::new(), h, &id, step_s, now_s).await;
+    let r = match fetched {
+        Ok(series) => {
+            let taken = weak.upgrade()?.predictor.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let mut p = taken?;
+            let (p, r) = tokio::task::spawn_blocking(move || {
+                // Up to the last sample only: after it the history is unknown (the replicas
+                // were down), not the last value repeated.
+                let sampled = &series.values[..series.sampled_len.min(series.values.len())];
+                let fed = p.warm(series.first_s as f64, series.step_s as f64, sampled);
+                (p, Ok((series, fed)))
+            })
+            .await
+            .ok()?;
+            *weak.upgrade()?.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+            r
+        }
+        Err(err) => Err(err),
+    };
+    let note = history::describe(&r, &crate::redact::redact_url(&h.server));
+    if r.is_ok() {
+        tracing::info!(scaled_object = %id, "{note}");
+    } else {
+        tracing::warn!(scaled_object = %id, "{note}");
+    }
+    Some(note)
 }

@@ -221,6 +221,25 @@ impl Predictor {
         d
     }
 
+    /// Replay a recorded demand history (`values[i]`, replica-equivalents, at `first_s + i ·
+    /// step_s` unix seconds) through the planner as ticks before the first live one, so the
+    /// daily and weekly profiles, the forecast calibration and the margin choice carry over a
+    /// restart instead of being relearned. Samples at or before the last tick, and values that
+    /// are not finite, are skipped. Returns how many were fed.
+    pub fn warm(&mut self, first_s: f64, step_s: f64, values: &[f64]) -> usize {
+        let mut fed = 0;
+        for (i, &v) in values.iter().enumerate() {
+            let t = first_s + step_s * i as f64;
+            if !v.is_finite() || !t.is_finite() || self.last_t.is_some_and(|l| t <= l) {
+                continue;
+            }
+            self.step(t, v.max(0.0));
+            fed += 1;
+        }
+        self.tolerance_note = None;
+        fed
+    }
+
     /// The scale target's fleet for the next step, from the cluster's pod and workload
     /// watches ([`PlannedFleet::from_pods`]; see `crate::cluster::Cluster::target_pods`).
     pub fn observe_fleet(&mut self, fleet: PlannedFleet) {
@@ -419,6 +438,40 @@ mod tests {
             t += 60.0;
         }
         assert!(at3.unwrap().desired < 12, "no peak capacity at 03:00");
+    }
+
+    #[test]
+    fn a_restarted_planner_warmed_from_history_pre_scales_where_a_cold_one_cannot() {
+        // The replica that ran for three days is gone; its successor starts at 08:50 on day 4
+        // and reads back the demand it observed (one sample a minute, as Prometheus answers a
+        // range query). Warmed, the first plans cover the 09:00 peak; cold, they do not.
+        let warmup = 300.0;
+        let restart = T0 + 3.0 * DAY + 8.0 * 3600.0 + 50.0 * 60.0;
+        let first = T0;
+        let history: Vec<f64> =
+            (0..((restart - first) / 60.0) as usize).map(|i| daily(first + 60.0 * i as f64)).collect();
+        let mut warmed = Predictor::new(&settings(true, warmup), warmup, 15.0).unwrap();
+        assert_eq!(warmed.warm(first, 60.0, &history), history.len());
+        // Samples at or before what it has seen are skipped: a second read changes nothing.
+        assert_eq!(warmed.warm(first, 60.0, &history), 0);
+        let mut cold = Predictor::new(&settings(true, warmup), warmup, 15.0).unwrap();
+        let before_peak = T0 + 3.0 * DAY + 9.0 * 3600.0 - warmup;
+        let (mut w, mut c) = (None, None);
+        let mut t = restart;
+        while t <= before_peak {
+            w = Some(warmed.step(t, daily(t)));
+            c = Some(cold.step(t, daily(t)));
+            t += 15.0;
+        }
+        let (w, c) = (w.unwrap(), c.unwrap());
+        assert_eq!(daily(before_peak), 2.0, "demand now is at night level");
+        assert!(
+            w.desired >= 12,
+            "warmed: plan {} at 08:55 must cover the 09:00 peak (reason: {})",
+            w.desired,
+            w.reason
+        );
+        assert!(c.desired < 12, "cold: plan {} at 08:55 has no history to see the peak by", c.desired);
     }
 
     #[test]

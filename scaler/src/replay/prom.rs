@@ -57,6 +57,27 @@ pub fn chunks(start: i64, end: i64, step: u64) -> Vec<(i64, i64)> {
 /// step) are filled with the previous value and counted; a non-finite or negative
 /// value is an error.
 pub async fn fetch(client: &reqwest::Client, q: &RangeQuery) -> Result<(Trace, usize), String> {
+    let s = fetch_series(client, q).await?;
+    let trace = try_trace_from_rates(q.step_s.max(1), &s.values).map_err(|e| e.to_string())?;
+    Ok((trace, s.gaps))
+}
+
+/// A range query's one series on its step grid, from its first sample on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Unix seconds of `values[0]`.
+    pub first_s: i64,
+    pub step_s: u64,
+    pub values: Vec<f64>,
+    /// Steps without a sample, filled with the previous value.
+    pub gaps: usize,
+    /// Steps from the first through the last step that had a sample (the rest of `values`
+    /// repeats the last sample up to the end of the range).
+    pub sampled_len: usize,
+}
+
+/// Fetch the range as a [`Series`] (see [`fetch`] for the rules).
+pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Series, String> {
     if q.end <= q.start {
         return Err(format!("--end ({}) must be after --start ({})", q.end, q.start));
     }
@@ -106,6 +127,7 @@ pub async fn fetch(client: &reqwest::Client, q: &RangeQuery) -> Result<(Trace, u
         }
     }
     let first = values.iter().position(Option::is_some).ok_or("the query returned no samples in the range")?;
+    let last_sampled = values.iter().rposition(Option::is_some).unwrap_or(first);
     let mut gaps = 0;
     let mut last = 0.0;
     let rates: Vec<f64> = values[first..]
@@ -121,8 +143,13 @@ pub async fn fetch(client: &reqwest::Client, q: &RangeQuery) -> Result<(Trace, u
             }
         })
         .collect();
-    let trace = try_trace_from_rates(step, &rates).map_err(|e| e.to_string())?;
-    Ok((trace, gaps))
+    Ok(Series {
+        first_s: q.start + first as i64 * step as i64,
+        step_s: step,
+        values: rates,
+        gaps,
+        sampled_len: last_sampled + 1 - first,
+    })
 }
 
 #[cfg(test)]

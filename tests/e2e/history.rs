@@ -1,0 +1,102 @@
+//! Warm start: `serve --history-prometheus` reads back the demand prescale observed for a
+//! ScaledObject from a real Prometheus (backfilled with two days of it, as if earlier
+//! prescale replicas had exported it) and replays it through the planner before answering.
+
+use crate::harness::*;
+
+const DAY: i64 = 86_400;
+
+/// Two days of a daily pattern at one sample a minute, ending 2 h ago (backfill cannot
+/// write into Prometheus's head block): 2 replica-equivalents at night, 12 from 09:00 to
+/// 17:00 UTC.
+fn history(ns: &str, name: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let end = (now - 2 * 3600) / 60 * 60;
+    let mut om = String::from(
+        "# HELP prescale_observed_demand_replicas Demand.\n# TYPE prescale_observed_demand_replicas gauge\n",
+    );
+    let mut t = end - 2 * DAY;
+    while t <= end {
+        let h = t.rem_euclid(DAY) / 3600;
+        let v = if (9..17).contains(&h) { 12 } else { 2 };
+        om.push_str(&format!(
+            "prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} {v} {t}\n"
+        ));
+        t += 60;
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+async fn debug_one(srv: &Server, ns: &str, name: &str) -> Option<serde_json::Value> {
+    let (code, body) = srv.get(&format!("/debug/scalers/{ns}/{name}")).await;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+    // One entry per trigger of the ScaledObject; this test's has one.
+    let t = v["triggers"].get(0)?.clone();
+    t["snapshot"]["history"].is_string().then_some(t)
+}
+
+/// Points of the planner's coarse history tier at the daytime level (≥ 11).
+fn peak_points(d: &serde_json::Value) -> usize {
+    d["planner"]["hourly"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["rate"].as_f64().is_some_and(|r| r >= 11.0))
+        .count()
+}
+
+#[tokio::test]
+async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it_observes() {
+    if service("PRESCALE_TEST_PROM").is_none() {
+        return; // services.sh installs Prometheus (and promtool); skip without it.
+    }
+    let (ns, name) = ("hist", unique("warm"));
+    let query = format!("count_over_time(prescale_observed_demand_replicas{{scaledobject=\"{name}\"}}[3d])");
+    let prom = BackfilledPrometheus::start(&history(ns, &name), &query).await;
+    // The live signal: a constant 2 replica-equivalents, from the same Prometheus.
+    let md = [
+        ("prometheusServerAddress", prom.url.as_str()),
+        ("prometheusQuery", "vector(2)"),
+        ("prometheusPerReplica", "1"),
+        ("warmupSeconds", "300"),
+        ("sampleSeconds", "15"),
+    ];
+    let so = sref(ns, &name, &md);
+
+    let warm = Server::start(&["--history-prometheus", &prom.url]);
+    let c = warm.client().await;
+    let v = eventually(90, "GetMetrics answers after the warm start", || {
+        let (mut c, so) = (c.clone(), so.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    assert!(v >= 2, "the plan covers the live demand of 2: {v}");
+    let d = eventually(30, "a snapshot with the warm-start note", || debug_one(&warm, ns, &name)).await;
+    let note = d["snapshot"]["history"].as_str().unwrap_or_default().to_string();
+    assert!(note.starts_with("warmed from"), "{d}");
+    let fed: usize = note.split(": ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    // Two days on a 15-s step: 11,521 samples, fed up to the last one (not repeated to now).
+    assert!((11_000..=11_600).contains(&fed), "{note}");
+    // The daytime peaks of 12 are only in the history read back (the live demand is 2).
+    let peak_hours = peak_points(&d);
+    assert!(peak_hours >= 40, "two days of daytime peaks in the history tiers, got {peak_hours} points");
+    // It exports what it observes, for the next restart to read back.
+    let (_, metrics) = warm.get("/metrics").await;
+    let line = format!("prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} 2");
+    assert!(metrics.lines().any(|l| l.starts_with(&line)), "{line} not in /metrics");
+
+    // Without history (Prometheus unreachable) the planner starts cold but still answers,
+    // and says why.
+    let cold = Server::start(&["--history-prometheus", "http://127.0.0.1:1"]);
+    let c2 = cold.client().await;
+    eventually(60, "GetMetrics answers from a cold start", || {
+        let (mut c, so) = (c2.clone(), so.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    let d = eventually(30, "a snapshot with the cold-start note", || debug_one(&cold, ns, &name)).await;
+    let note = d["snapshot"]["history"].as_str().unwrap_or_default();
+    assert!(note.contains("cold start"), "{d}");
+    assert_eq!(peak_points(&d), 0, "a cold planner has seen no peak");
+}
