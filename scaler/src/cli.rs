@@ -87,7 +87,7 @@ pub struct ReplayArgs {
     /// Write the summary JSON.
     #[arg(long)]
     pub summary_out: Option<PathBuf>,
-    /// Draw the chart (SVG).
+    /// Draw the chart: a PNG if the name ends in .png, else an SVG.
     #[arg(long)]
     pub chart: Option<PathBuf>,
 }

@@ -101,6 +101,34 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
     for p in ["prescale —", "reactive —", "oracle —"] {
         assert!(svg.contains(p), "chart lacks the {p} panel");
     }
+    // The same chart as a PNG (by the extension), with its text: the font is embedded.
+    let png_path = dir.join("chart.png");
+    let args = ["replay", "--trace", trace.to_str().unwrap(), "--capacity", "0.5", "--warmup", "60", "--slo", "5"];
+    let (ok, out, err) = prescale(&[&args[..], &["--chart", png_path.to_str().unwrap()]].concat());
+    assert!(ok, "{out}\n{err}");
+    let decoder = png::Decoder::new(std::fs::File::open(&png_path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1400, 3 * 330), "one 330-px panel per policy");
+    let px = |x: u32, y: u32| {
+        let i = ((y * info.width + x) * 3) as usize;
+        (buf[i], buf[i + 1], buf[i + 2])
+    };
+    for panel in 0..3 {
+        let (top, bottom) = (panel * 330, panel * 330 + 330);
+        // The plan's orange line, and dark caption text in the panel's top 30 px.
+        let orange = (0..info.width)
+            .flat_map(|x| (top..bottom).map(move |y| (x, y)))
+            .filter(|&(x, y)| px(x, y) == (255, 127, 14))
+            .count();
+        assert!(orange > 100, "panel {panel}: the plan line is missing ({orange} px)");
+        let text = (0..info.width)
+            .flat_map(|x| (top..top + 30).map(move |y| (x, y)))
+            .filter(|&(x, y)| px(x, y).0 < 80)
+            .count();
+        assert!(text > 200, "panel {panel}: the caption has no text ({text} dark px)");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,9 +1,14 @@
-//! The replay chart (SVG via `plotters`): one panel per policy with demand, ready
+//! The replay chart (SVG or PNG via `plotters`): one panel per policy with demand, ready
 //! replicas and the plan (replicas, left axis) and the backlog (requests, right axis).
+//! A PNG is rasterised with DejaVu Sans embedded in the binary (the `dejavu` crate), so it
+//! has its text on a machine without fonts (the container image has none).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::FontStyle;
 use prescale_forecaster::SimResult;
 
 use super::Summary;
@@ -27,9 +32,35 @@ fn downsample(xs: &[f64], ys: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Whether `path` asks for a PNG (by its extension, any case); anything else is SVG.
+pub fn is_png(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"))
+}
+
+/// Register the embedded font for the text of every backend (once per process).
+fn fonts() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+                .map_err(|_| "the embedded chart font does not load".to_string())
+        })
+        .clone()
+}
+
+/// Draw the chart to `path`: a PNG if it ends in `.png`, else an SVG.
 pub fn draw(path: &Path, s: &Summary, results: &[SimResult]) -> Result<(), String> {
+    fonts()?;
+    let size = (1400, 330 * results.len().max(1) as u32);
+    if is_png(path) {
+        draw_on(BitMapBackend::new(path, size).into_drawing_area(), s, results)
+    } else {
+        draw_on(SVGBackend::new(path, size).into_drawing_area(), s, results)
+    }
+}
+
+fn draw_on<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary, results: &[SimResult]) -> Result<(), String> {
     let n = results.len().max(1);
-    let root = SVGBackend::new(path, (1400, 330 * n as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((n, 1));
     let interval = s.scenario.interval as f64;
