@@ -458,9 +458,22 @@ async fn run_scaler(
         }
         None => return,
     };
-    if let Some(h) = &history {
-        state.history = warm_from_history(&weak, h, sample_ms).await;
-    }
+    // Warm start: the planner is taken out now (before any live tick could move it past the
+    // history) and replayed from Prometheus in the background; until it is back, the ticks
+    // find no planner and answer reactively, so a restart never leaves KEDA without answers.
+    let mut warming = history.and_then(|h| {
+        let e = weak.upgrade()?;
+        let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let id = e.config.id.clone();
+        drop(e);
+        state.history = Some(format!("warming from {}", crate::redact::redact_url(&h.server)));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let w = weak.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(warm_from_history(w, id, p, h, sample_ms).await);
+        });
+        Some(rx)
+    });
     // First round: whatever each poller has, as soon as each has finished one read.
     let mut tick = now_ms();
     let mut first = true;
@@ -482,6 +495,17 @@ async fn run_scaler(
             // prescale replica still plans the same tick from the same readings.
             tokio::time::sleep(Duration::from_millis(spread)).await;
         }
+        if let Some(rx) = warming.as_mut() {
+            match rx.try_recv() {
+                Ok(note) => {
+                    state.history = Some(note);
+                    warming = None;
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => warming = None,
+            }
+        }
+        state.warming = warming.is_some();
         let Some(e) = weak.upgrade() else { return };
         let snap = state.step(&e, if first { now_ms() } else { tick });
         publish(&e, snap, &metrics);
@@ -560,6 +584,8 @@ struct ScalerState {
     narrowed: Vec<Narrowed>,
     /// How the planner's history was warmed at start ([`history`]).
     history: Option<String>,
+    /// The planner is out being warmed: answer reactively and say so.
+    warming: bool,
 }
 
 /// A shared per-pod reading narrowed to the scale target's pods: its last good value and
@@ -585,7 +611,7 @@ impl ScalerState {
             }
         }
         let narrowed = config.sources.iter().map(|_| Narrowed::default()).collect();
-        Self { config: config.clone(), predictor_error, cluster, narrowed, history: None }
+        Self { config: config.clone(), predictor_error, cluster, narrowed, history: None, warming: false }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -681,6 +707,8 @@ impl ScalerState {
             }));
         } else if let Some(err) = &self.predictor_error {
             answer.1 = format!("{reactive_reason} (planner disabled: {err})");
+        } else if self.warming {
+            answer.1 = format!("{reactive_reason} (the planner is warming from its history)");
         }
         if let (None, Some(c), Some(_)) = (guard.as_ref(), &self.cluster, demand.as_ref()) {
             c.report_plan(&self.config.id, answer.0); // reactive mode: the answer is the plan
@@ -702,41 +730,59 @@ impl ScalerState {
     }
 }
 
-/// Fetch a new ScaledObject's demand history and replay it through its planner before the
-/// first live tick ([`history`]). Returns the note `/debug/scalers` shows; `None` when the
-/// ScaledObject has no planner (reactive mode) or is gone.
-async fn warm_from_history(weak: &Weak<ScalerEntry>, h: &history::HistoryOptions, sample_ms: u64) -> Option<String> {
-    let id = {
-        let e = weak.upgrade()?;
-        let has_planner = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).is_some();
-        has_planner.then(|| e.config.id.clone())?
-    };
+/// Warm-ups replay days of history on the blocking pool; after a restart with hundreds of
+/// ScaledObjects they run one at a time, so live planning keeps the CPU.
+fn warm_permits() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| tokio::sync::Semaphore::new(1))
+}
+
+/// Fetch a new ScaledObject's demand history, replay it through its planner `p` (taken out
+/// of the entry by the caller) and put the planner back ([`history`]). Returns the note
+/// `/debug/scalers` shows. A failed fetch puts the planner back cold; a panic while replaying
+/// puts a fresh one back.
+async fn warm_from_history(
+    weak: Weak<ScalerEntry>,
+    id: ScalerId,
+    mut p: predict::Predictor,
+    h: history::HistoryOptions,
+    sample_ms: u64,
+) -> String {
     let step_s = (sample_ms / 1000).max(1);
     let now_s = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);
-    let fetched = history::fetch(&reqwest::Client::new(), h, &id, step_s, now_s).await;
-    let r = match fetched {
+    let server = crate::redact::redact_url(&h.server);
+    let (p, r) = match history::fetch(&reqwest::Client::new(), &h, &id, step_s, now_s).await {
         Ok(series) => {
-            let taken = weak.upgrade()?.predictor.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let mut p = taken?;
-            let (p, r) = tokio::task::spawn_blocking(move || {
+            let _permit = warm_permits().acquire().await;
+            let settings = p.settings().clone();
+            let joined = tokio::task::spawn_blocking(move || {
                 // Up to the last sample only: after it the history is unknown (the replicas
                 // were down), not the last value repeated.
                 let sampled = &series.values[..series.sampled_len.min(series.values.len())];
-                let fed = p.warm(series.first_s as f64, series.step_s as f64, sampled);
-                (p, Ok((series, fed)))
+                let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    p.warm(series.first_s as f64, series.step_s as f64, sampled)
+                }));
+                (fed.is_ok().then_some(p), fed.map(|fed| (series, fed)))
             })
-            .await
-            .ok()?;
-            *weak.upgrade()?.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
-            r
+            .await;
+            match joined {
+                Ok((Some(p), Ok(r))) => (Some(p), Ok(r)),
+                _ => {
+                    let fresh = predict::Predictor::new(&settings, AUTO_WARMUP_FALLBACK_S, step_s as f64).ok();
+                    (fresh, Err("replaying it failed".to_string()))
+                }
+            }
         }
-        Err(err) => Err(err),
+        Err(err) => (Some(p), Err(err)),
     };
-    let note = history::describe(&r, &crate::redact::redact_url(&h.server));
+    if let (Some(p), Some(e)) = (p, weak.upgrade()) {
+        *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    }
+    let note = history::describe(&r, &server);
     if r.is_ok() {
         tracing::info!(scaled_object = %id, "{note}");
     } else {
         tracing::warn!(scaled_object = %id, "{note}");
     }
-    Some(note)
+    note
 }
