@@ -768,7 +768,8 @@ async fn warm_from_history(
             match joined {
                 Ok((Some(p), Ok(r))) => (Some(p), Ok(r)),
                 _ => {
-                    let fresh = predict::Predictor::new(&settings, AUTO_WARMUP_FALLBACK_S, step_s as f64).ok();
+                    let fresh =
+                        predict::Predictor::new(&settings, AUTO_WARMUP_FALLBACK_S, sample_ms as f64 / 1000.0).ok();
                     (fresh, Err("replaying it failed".to_string()))
                 }
             }
