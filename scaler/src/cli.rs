@@ -81,7 +81,7 @@ pub struct ReplayArgs {
     pub initial_replicas: Option<u32>,
     #[arg(long, value_enum, default_value = "all")]
     pub policy: crate::replay::Which,
-    /// Write the plan (`t_s,desired`) of the first policy listed.
+    /// Write the plan (`t_s,desired`) of the first policy listed; prescale's adds a `reason` column.
     #[arg(long)]
     pub plan_out: Option<PathBuf>,
     /// Write the summary JSON.

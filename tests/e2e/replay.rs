@@ -78,13 +78,10 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
     // Plan CSV: header, one row per decision time from 0 in steps of 15.
     let text = std::fs::read_to_string(&plan).unwrap();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("t_s,desired"));
-    let rows: Vec<(u64, u32)> = lines
-        .map(|l| {
-            let (t, d) = l.split_once(',').unwrap();
-            (t.parse().unwrap(), d.parse().unwrap())
-        })
-        .collect();
+    // prescale's plan carries its reason for every decision as a third column.
+    assert_eq!(lines.next(), Some("t_s,desired,reason"));
+    assert!(lines.all(|l| l.split(',').nth(2).is_some_and(|why| !why.is_empty())), "a decision without a reason");
+    let rows = prescale_forecaster::parse_plan_csv(&text).unwrap();
     let t_len = s["trace_seconds"].as_u64().unwrap();
     assert_eq!(rows.len() as u64, t_len.div_ceil(15));
     assert!(rows.iter().enumerate().all(|(i, (t, _))| *t == i as u64 * 15));

@@ -227,6 +227,20 @@ pub enum Reason {
     },
 }
 
+/// An expected idle time in a reason: seconds, or unknown before any idle spell has ended
+/// (carried as ≥ 1e9 s so that the JSON views stay finite).
+struct Idle(f64);
+
+impl fmt::Display for Idle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_finite() && self.0 < 1e9 {
+            write!(f, "{:.0}s", self.0)
+        } else {
+            write!(f, "unknown (no idle spell seen yet)")
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -243,10 +257,10 @@ impl fmt::Display for Reason {
             }
             Reason::Steady => write!(f, "steady: capacity matches forecast"),
             Reason::KeepAlive { p_arrival, expected_idle_s } => {
-                write!(f, "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s")
+                write!(f, "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {}", Idle(*expected_idle_s))
             }
             Reason::ToZero { p_arrival, expected_idle_s } => {
-                write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {expected_idle_s:.0}s > W")
+                write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {} > W", Idle(*expected_idle_s))
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
             Reason::StatusQuo { replicas, rule, starved } => {
@@ -1626,6 +1640,15 @@ mod tests {
             // The SLO's pace at the tests' W = 60 s, SLO 5 s.
             drain_s: drain_seconds(5.0, 60.0, 0.0),
         }
+    }
+
+    #[test]
+    fn a_reason_says_an_idle_time_is_unknown_rather_than_printing_its_sentinel() {
+        let unknown = Reason::KeepAlive { p_arrival: 0.5, expected_idle_s: 1e9 }.to_string();
+        assert!(unknown.contains("expected idle unknown"), "{unknown}");
+        assert!(!unknown.contains("1000000000"), "{unknown}");
+        let known = Reason::ToZero { p_arrival: 0.01, expected_idle_s: 1234.4 }.to_string();
+        assert!(known.contains("expected idle 1234s > W"), "{known}");
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct Summary {
 pub struct Replayed {
     pub summary: Summary,
     pub results: Vec<SimResult>,
+    /// prescale's reason for each of its decisions (when it ran), in plan order.
+    pub reasons: Option<Vec<String>>,
 }
 
 /// Replay `trace` (named `name`) as `opts` says. Pure apart from the optional progress
@@ -142,27 +144,18 @@ pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replaye
     };
     let mut results = Vec::new();
     let mut rows = Vec::new();
+    let mut reasons = None;
     for w in which {
-        let mut policy: Box<dyn Policy> = match w {
-            Which::Prescale => Box::new(PrescalePolicy::new(&sc)?),
-            Which::Reactive => Box::new(ReactivePolicy::new(&sc)),
-            _ => Box::new(OraclePolicy::new(trace, &sc)),
-        };
-        let started = Instant::now();
-        let bar = opts.progress.then(|| progress_bar(policy.name()));
-        let mut tick = |s: u64, total: u64| {
-            if let Some(b) = &bar {
-                if started.elapsed() > Duration::from_secs(1) && b.is_hidden() {
-                    b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                }
-                b.set_length(total);
-                b.set_position(s);
+        let (res, wall) = match w {
+            Which::Prescale => {
+                let mut pre = PrescalePolicy::new(&sc)?.record_reasons(true);
+                let out = run_policy(trace, &sc, &mut pre, opts.progress);
+                reasons = Some(pre.reasons().iter().map(|(_, _, why)| why.clone()).collect());
+                out
             }
+            Which::Reactive => run_policy(trace, &sc, &mut ReactivePolicy::new(&sc), opts.progress),
+            _ => run_policy(trace, &sc, &mut OraclePolicy::new(trace, &sc), opts.progress),
         };
-        let res = simulate(trace, &sc, policy.as_mut(), Some(&mut tick));
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
         let s = &res.score;
         // The oracle's cost is REPLAY.md's formula, not its simulation.
         let rs = if w == Which::Oracle { oracle_rs } else { s.replica_seconds };
@@ -175,7 +168,7 @@ pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replaye
             p50_delay_s: s.p50_delay_s,
             p99_delay_s: s.p99_delay_s,
             replica_starts: s.replica_starts,
-            wall_seconds: started.elapsed().as_secs_f64(),
+            wall_seconds: wall,
         });
         results.push(res);
     }
@@ -193,7 +186,28 @@ pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replaye
         oracle_replica_seconds: oracle_rs,
         policies: rows,
     };
-    Ok(Replayed { summary, results })
+    Ok(Replayed { summary, results, reasons })
+}
+
+/// Simulate one policy, with a progress bar on stderr once it has taken a second. Returns the
+/// result and the wall seconds it took.
+fn run_policy(trace: &Trace, sc: &Scenario, policy: &mut dyn Policy, progress: bool) -> (SimResult, f64) {
+    let started = Instant::now();
+    let bar = progress.then(|| progress_bar(policy.name()));
+    let mut tick = |s: u64, total: u64| {
+        if let Some(b) = &bar {
+            if started.elapsed() > Duration::from_secs(1) && b.is_hidden() {
+                b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
+            b.set_length(total);
+            b.set_position(s);
+        }
+    };
+    let res = simulate(trace, sc, policy, Some(&mut tick));
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    (res, started.elapsed().as_secs_f64())
 }
 
 fn progress_bar(name: &str) -> indicatif::ProgressBar {
@@ -256,7 +270,12 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
         std::fs::write(p, text).map_err(|source| ReplayError::Write { path: p.display().to_string(), source })
     };
     if let Some(p) = &opts.plan_out {
-        write(p, &plan_csv(&r.results[0].plan))?;
+        let plan = &r.results[0].plan;
+        let text = match r.reasons.as_ref().filter(|_| r.summary.policy == "prescale") {
+            Some(why) => plan_csv_with_reasons(plan, why)?,
+            None => plan_csv(plan),
+        };
+        write(p, &text)?;
     }
     if let Some(p) = &opts.summary_out {
         let json = serde_json::to_string_pretty(&r.summary).map_err(|e| ReplayError::Chart(e.to_string()))?;
@@ -266,6 +285,21 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
         chart::draw(p, &r.summary, &r.results).map_err(ReplayError::Chart)?;
     }
     Ok(())
+}
+
+/// The plan CSV with prescale's reason for each decision as a third column (REPLAY.md allows
+/// extra columns; scorers read the first two). Reasons hold commas, so fields are quoted as
+/// RFC 4180 says, by the `csv` crate.
+pub fn plan_csv_with_reasons(plan: &[(u64, u32)], reasons: &[String]) -> Result<String, ReplayError> {
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    let err = |e: csv::Error| ReplayError::Chart(format!("plan CSV: {e}"));
+    w.write_record(["t_s", "desired", "reason"]).map_err(err)?;
+    for (i, (t, d)) in plan.iter().enumerate() {
+        let why = reasons.get(i).map(String::as_str).unwrap_or("");
+        w.write_record([t.to_string().as_str(), d.to_string().as_str(), why]).map_err(err)?;
+    }
+    let bytes = w.into_inner().map_err(|e| ReplayError::Chart(format!("plan CSV: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| ReplayError::Chart(format!("plan CSV: {e}")))
 }
 
 /// Parse a trace file's text.
@@ -281,6 +315,23 @@ pub fn read_trace_file<R: std::io::BufRead>(reader: R) -> Result<Trace, ReplayEr
 #[cfg(test)]
 mod tests {
     use super::short_num;
+
+    #[test]
+    fn plan_reasons_are_a_quoted_third_column_that_scorers_skip() {
+        let plan = [(0, 3), (15, 4), (30, 0)];
+        let why = ["learning".to_string(), "keep alive: p=0.50, idle \"long\"".to_string()];
+        let text = super::plan_csv_with_reasons(&plan, &why).unwrap();
+        assert!(text.starts_with("t_s,desired,reason\n"), "{text}");
+        // What an outside scorer reads: the first two columns, unchanged.
+        assert_eq!(prescale_forecaster::parse_plan_csv(&text).unwrap(), plan.to_vec());
+        // A CSV reader gets each reason back whole, commas and quotes included; a decision
+        // without a recorded reason has an empty one.
+        let rows: Vec<csv::StringRecord> =
+            csv::Reader::from_reader(text.as_bytes()).records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(&rows[1][2], why[1].as_str());
+        assert_eq!(&rows[2][2], "");
+    }
 
     #[test]
     fn scorecard_numbers_stay_short() {
