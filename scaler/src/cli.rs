@@ -45,12 +45,17 @@ pub struct ReplayArgs {
     /// servegen-m-large-14d trace is replayed with capacity 25 and SLO 5.
     #[arg(long, conflicts_with = "prometheus")]
     pub trace: Option<PathBuf>,
-    /// Prometheus base URL to pull the demand history from (with --query/--start/--end).
-    #[arg(long, requires_all = ["query", "start", "end"])]
+    /// Prometheus base URL to pull the demand history from (with --query or --scaled-object,
+    /// and --start/--end).
+    #[arg(long, requires_all = ["start", "end"])]
     pub prometheus: Option<String>,
     /// PromQL returning one series of demand in requests/s, e.g. 'sum(rate(vllm:request_success_total[1m]))'.
-    #[arg(long)]
+    #[arg(long, requires = "prometheus")]
     pub query: Option<String>,
+    /// NAMESPACE/NAME: replay the demand `serve` observed for this ScaledObject
+    /// (prescale_observed_demand_replicas, in replica-equivalents: --capacity defaults to 1).
+    #[arg(long, requires = "prometheus", conflicts_with = "query")]
+    pub scaled_object: Option<String>,
     /// Start: unix seconds, RFC 3339, `now` or `now-7d`.
     #[arg(long, allow_hyphen_values = true)]
     pub start: Option<String>,
@@ -245,10 +250,28 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
+/// `NAMESPACE/NAME` of `--scaled-object`.
+fn scaled_object_id(s: &str) -> anyhow::Result<crate::config::ScalerId> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(crate::config::ScalerId { namespace: ns.to_string(), name: name.to_string() })
+        }
+        _ => anyhow::bail!("--scaled-object {s:?}: expected NAMESPACE/NAME"),
+    }
+}
+
 fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
     use crate::replay;
     let bundled = a.trace.is_none() && a.prometheus.is_none();
-    if !bundled && (a.capacity.is_none() || a.slo.is_none()) {
+    // A ScaledObject's own observed demand is in replica-equivalents: one replica serves 1.
+    let own = match a.scaled_object.as_deref() {
+        Some(so) => Some(scaled_object_id(so)?),
+        None => None,
+    };
+    if a.prometheus.is_some() && a.query.is_none() && own.is_none() {
+        anyhow::bail!("--prometheus needs --query (PromQL for the demand) or --scaled-object NAMESPACE/NAME");
+    }
+    if !bundled && ((a.capacity.is_none() && own.is_none()) || a.slo.is_none()) {
         anyhow::bail!(
             "--capacity (requests/s one replica serves) and --slo (seconds of queueing allowed) are required with --trace or --prometheus"
         );
@@ -258,7 +281,10 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
         let step = humantime::parse_duration(&a.step).with_context(|| format!("--step {}", a.step))?.as_secs().max(1);
         let q = replay::prom::RangeQuery {
             server: server.clone(),
-            query: a.query.clone().unwrap_or_default(),
+            query: match &own {
+                Some(id) => crate::engine::history::query_for(id),
+                None => a.query.clone().unwrap_or_default(),
+            },
             start: replay::prom::parse_time(a.start.as_deref().unwrap_or_default(), now).map_err(anyhow::Error::msg)?,
             end: replay::prom::parse_time(a.end.as_deref().unwrap_or_default(), now).map_err(anyhow::Error::msg)?,
             step_s: step,
@@ -270,7 +296,8 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
         if gaps > 0 {
             eprintln!("note: {gaps} steps had no sample and repeat the previous value");
         }
-        (trace, format!("{} from {}", q.query, crate::redact::redact_url(server)), None, None)
+        let capacity = own.is_some().then_some(1.0);
+        (trace, format!("{} from {}", q.query, crate::redact::redact_url(server)), capacity, None)
     } else if let Some(path) = &a.trace {
         // Streamed line by line: a week of a busy service's request log is hundreds of MB.
         let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;

@@ -335,3 +335,13 @@ impl BackfilledPrometheus {
 pub async fn json_of(req: reqwest::RequestBuilder) -> Option<serde_json::Value> {
     req.send().await.ok()?.json().await.ok()
 }
+
+/// Run the `prescale` binary to completion: (success, stdout, stderr).
+pub fn prescale(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_prescale")).args(args).output().expect("run prescale");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

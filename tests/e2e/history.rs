@@ -88,6 +88,53 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     let line = format!("prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} 2");
     assert!(metrics.lines().any(|l| l.starts_with(&line)), "{line} not in /metrics");
 
+    // The same history replayed offline: "what would prescale have done" for this
+    // ScaledObject, its query built from the name, in replica-equivalents (capacity 1).
+    let summary = std::env::temp_dir().join(format!("{}.json", unique("so-replay")));
+    let so_arg = format!("{ns}/{name}");
+    let (ok, out, err) = prescale(&[
+        "replay",
+        "--prometheus",
+        &prom.url,
+        "--scaled-object",
+        &so_arg,
+        "--start",
+        "now-3d",
+        "--end",
+        "now",
+        "--step",
+        "60s",
+        "--slo",
+        "5",
+        "--warmup",
+        "300",
+        "--policy",
+        "prescale",
+        "--summary-out",
+        summary.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&summary);
+    assert_eq!(s["scenario"]["capacity"], 1.0, "replica-equivalents: one replica serves 1");
+    let secs = s["trace_seconds"].as_u64().unwrap();
+    assert!((2 * DAY as u64..2 * DAY as u64 + 3 * 3600).contains(&secs), "two days and the staleness tail: {secs}");
+    assert!(s["trace"].as_str().unwrap().contains("scaledobject=\""), "{s}");
+    let (ok, _, err) = prescale(&[
+        "replay",
+        "--prometheus",
+        &prom.url,
+        "--scaled-object",
+        "no-slash",
+        "--start",
+        "now-1h",
+        "--end",
+        "now",
+        "--slo",
+        "5",
+    ]);
+    assert!(!ok && err.contains("NAMESPACE/NAME"), "{err}");
+
     // Without history (Prometheus unreachable) the planner starts cold but still answers,
     // and says why.
     let cold = Server::start(&["--history-prometheus", "http://127.0.0.1:1"]);

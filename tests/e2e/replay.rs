@@ -5,15 +5,6 @@ use std::process::Command;
 
 use crate::harness::*;
 
-fn prescale(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_prescale")).args(args).output().expect("run prescale");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A bursty request log: quiet, a burst, quiet, a second burst (Azure format).
 fn request_log() -> String {
     let mut s = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
