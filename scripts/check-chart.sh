@@ -89,6 +89,7 @@ ALL_FEATURES = {
     },
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "metricRelabelings": [{"action": "drop", "regex": "go_.*", "sourceLabels": ["__name__"]}]},
+    "history": {"prometheus": "http://prometheus-operated.monitoring:9090", "lookback": "7d"},
     "podAnnotations": {"x": "y"},
     "podLabels": {"tier": "control"},
     "priorityClassName": "system-cluster-critical",
@@ -285,7 +286,14 @@ def check_scenario(sc, values, docs, notes):
         problem(sc, f"args must start with serve: {args}")
     known = {"--grpc-addr", "--http-addr", "--tls-cert", "--tls-key", "--tls-client-ca", "--idle-drop-seconds",
              "--log-format", "--external-metrics-addr", "--external-metrics-config", "--external-metrics-cert",
-             "--external-metrics-key", "--requestheader-allowed-names", "--requestheader-client-ca-file", "--client-ca-file"}
+             "--external-metrics-key", "--requestheader-allowed-names", "--requestheader-client-ca-file", "--client-ca-file",
+             "--history-prometheus", "--history-lookback"}
+    # ... and, when the binary is built, flags its `serve --help` lists (chart and binary agree).
+    if os.access(PRESCALE_BIN, os.X_OK):
+        helptext = subprocess.run([PRESCALE_BIN, "serve", "--help"], text=True, capture_output=True).stdout
+        for flag in sorted(known):
+            if flag not in ("--log-format",) and flag not in helptext:
+                problem(sc, f"{flag}: not a flag of {PRESCALE_BIN} serve")
     for a in args[1:]:
         flag = a.split("=", 1)[0]
         if flag.startswith("--") and flag not in known and a not in merged.get("extraArgs", []):
@@ -295,6 +303,11 @@ def check_scenario(sc, values, docs, notes):
         problem(sc, "--tls-cert present iff tls.enabled")
     if bool(merged["tls"]["clientAuth"]) != any(a.startswith("--tls-client-ca=") for a in args):
         problem(sc, "--tls-client-ca present iff tls.clientAuth")
+    hist = merged["history"]["prometheus"]
+    if bool(hist) != any(a == f"--history-prometheus={hist}" for a in args):
+        problem(sc, "--history-prometheus present iff history.prometheus, with its value")
+    if hist and f"--history-lookback={merged['history']['lookback']}" not in args:
+        problem(sc, "--history-lookback missing")
     em_on = merged["externalMetrics"]["enabled"]
     if em_on != any(a.startswith("--external-metrics-addr=") for a in args):
         problem(sc, "--external-metrics-addr present iff externalMetrics.enabled")
