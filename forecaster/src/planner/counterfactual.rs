@@ -394,7 +394,7 @@ pub(super) fn miss_target(shadow_miss_share: f64) -> f64 {
 /// candidates that the planner's own overhead pushes over it.
 pub(super) fn price_feedback(gain: f64, miss_share: f64, target: f64, spare_budget: bool) -> f64 {
     let r = if spare_budget && miss_share.is_finite() {
-        (miss_share.max(0.0) + 1e-6) / target.max(MISS_TARGET_FLOOR)
+        (miss_share.max(0.0) + 0.01 * MISS_TARGET_FLOOR) / target.max(MISS_TARGET_FLOOR)
     } else {
         0.1
     };
