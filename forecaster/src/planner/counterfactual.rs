@@ -305,11 +305,22 @@ impl Counterfactual {
     /// had it been followed all along, not what following it from now on adds to what the
     /// planner has actually spent; the recent ratio alone is myopic, as the status quo spends
     /// in panics (a burst doubles its fleet for 5 minutes).
-    pub(super) fn best(&self, price: f64, cur: Option<usize>, budget: f64, brake: Option<f64>) -> usize {
-        let over = |i: usize| {
+    /// With `late_cap`, only among the candidates whose two-day late mass is at most that
+    /// (the status quo's), when any within the budget is; else among all.
+    pub(super) fn best(
+        &self,
+        price: f64,
+        cur: Option<usize>,
+        budget: f64,
+        brake: Option<f64>,
+        late_cap: Option<f64>,
+    ) -> usize {
+        let unaffordable = |i: usize| {
             self.cost[i] > budget
                 || brake.is_some_and(|recent| self.cost_s[i] / recent.max(1e-9) + self.cost[i] / budget.max(1e-9) > 2.0)
         };
+        let late_cap = late_cap.filter(|&cap| (0..CF_N).any(|i| !unaffordable(i) && self.late[i] <= cap));
+        let over = |i: usize| unaffordable(i) || late_cap.is_some_and(|cap| self.late[i] > cap);
         let mut best = None;
         let mut bj = f64::INFINITY;
         let mut cheapest = 0;

@@ -24,7 +24,8 @@
 //!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
 //!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (half-life: half
 //!   the planner's age, at most 6 h); the price rises while attainment is below its target
-//!   and budget is left over (`price_feedback`);
+//!   and budget is left over (`price_feedback`); where the status quo misses almost nothing
+//!   (`STATUS_QUO_NEAR_PERFECT`), only margins no later than it over two days are followed;
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
 //!   runs on the same arrivals, and candidates costing more than it over two days (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
@@ -445,6 +446,11 @@ const SHADOW_MISS_SHARE: f64 = 1.0 / 3.0;
 /// 99.98 % where KEDA + HPA reached 99.99 % on a busy request log, 14 % cheaper: a rule-1
 /// loss with budget left over.)
 const MISS_TARGET_FLOOR: f64 = 1e-6;
+/// Below this recent miss share of the status quo, the planner follows only margins whose
+/// two-day late mass is no more than the status quo's (`Counterfactual::best`). Only
+/// there: where KEDA + HPA misses more, the budget and the miss price already beat it by a
+/// wide margin, and the cap cost sparse clients attainment (chunk-93 at W = 180 s −0.17 pp).
+const STATUS_QUO_NEAR_PERFECT: f64 = 0.01;
 /// Largest multiple of the base miss price the feedback reaches (then a miss is priced so
 /// high that the choice is, in effect, the fewest misses within the budget).
 const PRICE_GAIN_MAX: f64 = 100.0;
@@ -1336,7 +1342,12 @@ impl Planner {
         let budget = self.budget_gain * self.shadow.cost / overhead;
         // Spent: from here on a candidate must not outspend the status quo (see `best`).
         let brake = self.spent().then(|| self.shadow.cost_s / overhead);
-        let i = self.cf.best(price, self.cand_idx, budget, brake);
+        // Where the status quo misses almost nothing, losing to it on attainment is the one way
+        // left to lose: follow only margins that, over the budget's two days, were late no more
+        // than it was (when one is affordable).
+        let near_perfect = self.cf.recent_share(self.shadow.late_s).is_some_and(|m| m < STATUS_QUO_NEAR_PERFECT);
+        let late_cap = near_perfect.then_some(self.shadow.late);
+        let i = self.cf.best(price, self.cand_idx, budget, brake, late_cap);
         self.cand_idx = Some(i);
         // The status quo as one more choice, judged on the two-day evidence (the selection
         // half-life would follow the shadow right after a burst it happened to handle):
@@ -1702,9 +1713,9 @@ mod tests {
         assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
         // ...but the margin is chosen on the last hours: A, the cheaper fleet that has served
         // the recent traffic in time. (The empty fleets are late all along.)
-        assert_eq!(cf.best(price, None, f64::INFINITY, None), a);
+        assert_eq!(cf.best(price, None, f64::INFINITY, None, None), a);
         // A budget below A's two-day spend still rules it out.
-        assert_ne!(cf.best(price, None, cf.cost[a] * 0.99, None), a);
+        assert_ne!(cf.best(price, None, cf.cost[a] * 0.99, None, None), a);
     }
 
     #[test]
@@ -1723,12 +1734,33 @@ mod tests {
         let (budget, shadow_recent) = (100_000.0, 6_000.0);
         let price = 150.0;
         // Within budget, A wins: fewer misses, and its two-day spend is the lower.
-        assert_eq!(cf.best(price, None, budget, None), a);
+        assert_eq!(cf.best(price, None, budget, None, None), a);
         // Spent: A's recent spend is 1.5× the status quo's (mean ratio (1.5 + 0.6) / 2 > 1),
         // so following it from now on would overspend; B's (1.08 + 0.9) / 2 ≤ 1 passes.
-        assert_eq!(cf.best(price, None, budget, Some(shadow_recent)), b);
+        assert_eq!(cf.best(price, None, budget, Some(shadow_recent), None), b);
         // The incumbent is no exception.
-        assert_eq!(cf.best(price, Some(a), budget, Some(shadow_recent)), b);
+        assert_eq!(cf.best(price, Some(a), budget, Some(shadow_recent), None), b);
+    }
+
+    #[test]
+    fn a_margin_later_than_the_status_quo_is_not_followed_while_an_affordable_one_is_not() {
+        // A is cheaper but was late on 40 requests over two days, B dearer and late on 5; the
+        // status quo was late on 10.
+        let mut cf = Counterfactual::new();
+        let (a, b) = (3, 7);
+        for i in 0..CF_N {
+            (cf.cost[i], cf.cost_s[i], cf.late[i], cf.late_s[i]) = (1e9, 1e9, 0.0, 0.0);
+        }
+        (cf.cost[a], cf.cost_s[a], cf.late[a], cf.late_s[a]) = (60_000.0, 6_000.0, 40.0, 0.0);
+        (cf.cost[b], cf.cost_s[b], cf.late[b], cf.late_s[b]) = (80_000.0, 8_000.0, 5.0, 0.0);
+        let price = 150.0;
+        // Unconstrained, A: its misses are old, its recent evidence spotless and cheaper.
+        assert_eq!(cf.best(price, None, 100_000.0, None, None), a);
+        // Capped at the status quo's 10: B, the incumbent A included.
+        assert_eq!(cf.best(price, None, 100_000.0, None, Some(10.0)), b);
+        assert_eq!(cf.best(price, Some(a), 100_000.0, None, Some(10.0)), b);
+        // B over the budget: the cap is dropped rather than leaving nothing to follow.
+        assert_eq!(cf.best(price, None, 70_000.0, None, Some(10.0)), a);
     }
 
     #[test]
@@ -1742,7 +1774,7 @@ mod tests {
         // would still outweigh B's 4 extra replicas for an hour...
         assert!(cf.cost[b] + price * cf.late[b] < cf.cost[a] + price * cf.late[a]);
         // ...but an hour-old planner judges on about its last half hour: A.
-        assert_eq!(cf.best(price, None, f64::INFINITY, None), a);
+        assert_eq!(cf.best(price, None, f64::INFINITY, None, None), a);
     }
 
     #[test]
