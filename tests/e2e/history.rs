@@ -88,6 +88,25 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     let line = format!("prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} 2");
     assert!(metrics.lines().any(|l| l.starts_with(&line)), "{line} not in /metrics");
 
+    // A ScaledObject in `mode: reactive` records its observed demand too, so switching it to
+    // the planner later starts warm.
+    let reactive_name = unique("reactive");
+    let mut md_reactive = md.to_vec();
+    md_reactive.push(("mode", "reactive"));
+    let so_r = sref(ns, &reactive_name, &md_reactive);
+    eventually(60, "the reactive ScaledObject answers", || {
+        let (mut c, so) = (c.clone(), so_r.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    let line_r = format!("prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{reactive_name}\"}} 2");
+    eventually(30, "the reactive ScaledObject's observed demand on /metrics", || {
+        let line_r = line_r.clone();
+        let warm = &warm;
+        async move { warm.get("/metrics").await.1.lines().any(|l| l.starts_with(&line_r)).then_some(()) }
+    })
+    .await;
+
     // The same history replayed offline: "what would prescale have done" for this
     // ScaledObject, its query built from the name, in replica-equivalents (capacity 1).
     let summary = std::env::temp_dir().join(format!("{}.json", unique("so-replay")));

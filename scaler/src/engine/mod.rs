@@ -586,6 +586,8 @@ struct ScalerState {
     history: Option<String>,
     /// The planner is out being warmed: answer reactively and say so.
     warming: bool,
+    /// Arrival-rate estimate from queue deltas and served throughput (`capacityPerReplica`).
+    arrivals: predict::ArrivalEstimator,
 }
 
 /// A shared per-pod reading narrowed to the scale target's pods: its last good value and
@@ -611,7 +613,15 @@ impl ScalerState {
             }
         }
         let narrowed = config.sources.iter().map(|_| Narrowed::default()).collect();
-        Self { config: config.clone(), predictor_error, cluster, narrowed, history: None, warming: false }
+        Self {
+            config: config.clone(),
+            predictor_error,
+            cluster,
+            narrowed,
+            history: None,
+            warming: false,
+            arrivals: predict::ArrivalEstimator::default(),
+        }
     }
 
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
@@ -650,12 +660,15 @@ impl ScalerState {
         };
         let mut answer = (reactive, reactive_reason.clone());
         let mut planner = None;
-        let mut observed_demand = None;
+        // What the planner observes, computed (and exported) whatever the mode: a ScaledObject
+        // in `mode: reactive`, or one whose planner is out warming, still records the history a
+        // later warm start reads.
+        let arrival_rate = self.arrivals.update(tick_ms as f64 / 1000.0, &signals);
+        let observed_demand = demand
+            .as_ref()
+            .map(|d| predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica));
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(p), Some(d)) = (guard.as_mut(), demand.as_ref()) {
-            let arrival_rate = p.arrivals.update(tick_ms as f64 / 1000.0, &signals);
-            let observed = predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica);
-            observed_demand = Some(observed);
+        if let (Some(p), Some(observed)) = (guard.as_mut(), observed_demand) {
             // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
             if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
                 if let Some(w) = c.measured_warmup(&self.config.id) {

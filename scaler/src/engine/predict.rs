@@ -15,8 +15,6 @@ use crate::config::{ForecastModel, PlannerSettings, Warmup};
 
 pub struct Predictor {
     planner: Planner,
-    /// Arrival-rate estimate from queue deltas and served throughput.
-    pub arrivals: ArrivalEstimator,
     settings: PlannerSettings,
     last_t: Option<f64>,
     /// The count the HPA holds after our answers (see [`super::hpa`]); 0 before the first.
@@ -158,7 +156,6 @@ impl Predictor {
         };
         Ok(Self {
             planner: Planner::new(cfg)?,
-            arrivals: ArrivalEstimator::default(),
             settings: settings.clone(),
             last_t: None,
             hpa_count: 0,
