@@ -58,6 +58,8 @@ pub enum ReplayError {
     Write { path: String, source: std::io::Error },
     #[error("chart: {0}")]
     Chart(String),
+    #[error("cannot encode the {what}: {message}")]
+    Encode { what: &'static str, message: String },
     #[error("prometheus: {0}")]
     Prometheus(String),
 }
@@ -278,7 +280,7 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
         write(p, &text)?;
     }
     if let Some(p) = &opts.summary_out {
-        let json = serde_json::to_string_pretty(&r.summary).map_err(|e| ReplayError::Chart(e.to_string()))?;
+        let json = serde_json::to_string_pretty(&r.summary).map_err(|e| encode_error("summary JSON", e))?;
         write(p, &json)?;
     }
     if let Some(p) = &opts.chart {
@@ -292,14 +294,18 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
 /// RFC 4180 says, by the `csv` crate.
 pub fn plan_csv_with_reasons(plan: &[(u64, u32)], reasons: &[String]) -> Result<String, ReplayError> {
     let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
-    let err = |e: csv::Error| ReplayError::Chart(format!("plan CSV: {e}"));
+    let err = |e: csv::Error| encode_error("plan CSV", e);
     w.write_record(["t_s", "desired", "reason"]).map_err(err)?;
     for (i, (t, d)) in plan.iter().enumerate() {
         let why = reasons.get(i).map(String::as_str).unwrap_or("");
         w.write_record([t.to_string().as_str(), d.to_string().as_str(), why]).map_err(err)?;
     }
-    let bytes = w.into_inner().map_err(|e| ReplayError::Chart(format!("plan CSV: {e}")))?;
-    String::from_utf8(bytes).map_err(|e| ReplayError::Chart(format!("plan CSV: {e}")))
+    let bytes = w.into_inner().map_err(|e| encode_error("plan CSV", e))?;
+    String::from_utf8(bytes).map_err(|e| encode_error("plan CSV", e))
+}
+
+fn encode_error(what: &'static str, e: impl std::fmt::Display) -> ReplayError {
+    ReplayError::Encode { what, message: e.to_string() }
 }
 
 /// Parse a trace file's text.
