@@ -264,10 +264,7 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<i32> {
     use crate::replay;
     let bundled = a.trace.is_none() && a.prometheus.is_none();
     // A ScaledObject's own observed demand is in replica-equivalents: one replica serves 1.
-    let own = match a.scaled_object.as_deref() {
-        Some(so) => Some(scaled_object_id(so)?),
-        None => None,
-    };
+    let own = a.scaled_object.as_deref().map(scaled_object_id).transpose()?;
     if a.prometheus.is_some() && a.query.is_none() && own.is_none() {
         anyhow::bail!("--prometheus needs --query (PromQL for the demand) or --scaled-object NAMESPACE/NAME");
     }

@@ -461,16 +461,16 @@ async fn run_scaler(
     // Warm start: the planner is taken out now (before any live tick could move it past the
     // history) and replayed from Prometheus in the background; until it is back, the ticks
     // find no planner and answer reactively, so a restart never leaves KEDA without answers.
-    let mut warming = history.and_then(|h| {
+    state.warm = history.and_then(|h| {
         let e = weak.upgrade()?;
         let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        let id = e.config.id.clone();
+        let config = e.config.clone();
         drop(e);
         state.history = Some(format!("warming from {}", crate::redact::redact_url(&h.server)));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let w = weak.clone();
         tokio::spawn(async move {
-            let _ = tx.send(warm_from_history(w, id, p, h, sample_ms).await);
+            let _ = tx.send(warm_from_history(w, config, p, h).await);
         });
         Some(rx)
     });
@@ -495,17 +495,6 @@ async fn run_scaler(
             // prescale replica still plans the same tick from the same readings.
             tokio::time::sleep(Duration::from_millis(spread)).await;
         }
-        if let Some(rx) = warming.as_mut() {
-            match rx.try_recv() {
-                Ok(note) => {
-                    state.history = Some(note);
-                    warming = None;
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => warming = None,
-            }
-        }
-        state.warming = warming.is_some();
         let Some(e) = weak.upgrade() else { return };
         let snap = state.step(&e, if first { now_ms() } else { tick });
         publish(&e, snap, &metrics);
@@ -584,8 +573,8 @@ struct ScalerState {
     narrowed: Vec<Narrowed>,
     /// How the planner's history was warmed at start ([`history`]).
     history: Option<String>,
-    /// The planner is out being warmed: answer reactively and say so.
-    warming: bool,
+    /// While the planner is out being warmed: the warm-up's note, when it is done.
+    warm: Option<tokio::sync::oneshot::Receiver<String>>,
     /// Arrival-rate estimate from queue deltas and served throughput (`capacityPerReplica`).
     arrivals: predict::ArrivalEstimator,
 }
@@ -604,7 +593,7 @@ impl ScalerState {
         let config = &e.config;
         let mut predictor_error = None;
         if config.planner.mode != crate::config::Mode::Reactive {
-            match predict::Predictor::new(&config.planner, AUTO_WARMUP_FALLBACK_S, config.sample.as_secs_f64()) {
+            match new_predictor(config) {
                 Ok(p) => *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
                 Err(err) => {
                     tracing::error!(scaled_object = %config.id, error = %err, "planner disabled; answering reactively");
@@ -619,12 +608,25 @@ impl ScalerState {
             cluster,
             narrowed,
             history: None,
-            warming: false,
+            warm: None,
             arrivals: predict::ArrivalEstimator::default(),
         }
     }
 
+    /// Whether the planner is still out warming; takes the warm-up's note once it is back.
+    fn warming(&mut self) -> bool {
+        let Some(rx) = self.warm.as_mut() else { return false };
+        match rx.try_recv() {
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return true,
+            Ok(note) => self.history = Some(note),
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {}
+        }
+        self.warm = None;
+        false
+    }
+
     fn step(&mut self, e: &ScalerEntry, tick_ms: u64) -> Snapshot {
+        let warming = self.warming();
         let signals: Vec<SignalView> = e
             .pollers
             .iter()
@@ -720,7 +722,7 @@ impl ScalerState {
             }));
         } else if let Some(err) = &self.predictor_error {
             answer.1 = format!("{reactive_reason} (planner disabled: {err})");
-        } else if self.warming {
+        } else if warming {
             answer.1 = format!("{reactive_reason} (the planner is warming from its history)");
         }
         if let (None, Some(c), Some(_)) = (guard.as_ref(), &self.cluster, demand.as_ref()) {
@@ -743,6 +745,12 @@ impl ScalerState {
     }
 }
 
+/// A ScaledObject's planner as configured, with the fallback warm-up until `warmupSeconds:
+/// auto` has a measurement.
+fn new_predictor(config: &ScalerConfig) -> Result<predict::Predictor, prescale_forecaster::planner::PlannerError> {
+    predict::Predictor::new(&config.planner, AUTO_WARMUP_FALLBACK_S, config.sample.as_secs_f64())
+}
+
 /// Warm-ups replay days of history on the blocking pool; after a restart with hundreds of
 /// ScaledObjects they run one at a time, so live planning keeps the CPU.
 fn warm_permits() -> &'static tokio::sync::Semaphore {
@@ -756,18 +764,17 @@ fn warm_permits() -> &'static tokio::sync::Semaphore {
 /// puts a fresh one back.
 async fn warm_from_history(
     weak: Weak<ScalerEntry>,
-    id: ScalerId,
+    config: Arc<ScalerConfig>,
     mut p: predict::Predictor,
     h: history::HistoryOptions,
-    sample_ms: u64,
 ) -> String {
-    let step_s = (sample_ms / 1000).max(1);
+    let id = &config.id;
+    let step_s = config.sample.as_secs().max(1);
     let now_s = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);
     let server = crate::redact::redact_url(&h.server);
-    let (p, r) = match history::fetch(&reqwest::Client::new(), &h, &id, step_s, now_s).await {
+    let (p, r) = match history::fetch(&reqwest::Client::new(), &h, id, step_s, now_s).await {
         Ok(series) => {
             let _permit = warm_permits().acquire().await;
-            let settings = p.settings().clone();
             let joined = tokio::task::spawn_blocking(move || {
                 // Up to the last sample only: after it the history is unknown (the replicas
                 // were down), not the last value repeated.
@@ -780,11 +787,7 @@ async fn warm_from_history(
             .await;
             match joined {
                 Ok((Some(p), Ok(r))) => (Some(p), Ok(r)),
-                _ => {
-                    let fresh =
-                        predict::Predictor::new(&settings, AUTO_WARMUP_FALLBACK_S, sample_ms as f64 / 1000.0).ok();
-                    (fresh, Err("replaying it failed".to_string()))
-                }
+                _ => (new_predictor(&config).ok(), Err("replaying it failed".to_string())),
             }
         }
         Err(err) => (Some(p), Err(err)),
