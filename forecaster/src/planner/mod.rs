@@ -61,6 +61,7 @@ use crate::models::{Ensemble, HoltWinters, QuantileTracker, SeasonalNaive, Smoot
 mod calibration;
 mod counterfactual;
 mod grid;
+mod outcome;
 mod shadow;
 
 use calibration::*;
@@ -291,11 +292,18 @@ pub struct RateRule {
     pub m: f64,
     pub z: f64,
     pub window_s: f64,
+    /// Share of W + I over which the rate's rise (the window's second half against its
+    /// first) is projected ahead; 0 for a rule on the rate alone.
+    pub trend: f64,
 }
 
 impl fmt::Display for RateRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}× the {:.0}-s mean rate + {}σ of its noise", self.m, self.window_s, self.z)
+        write!(f, "{}× the {:.0}-s mean rate + {}σ of its noise", self.m, self.window_s, self.z)?;
+        if self.trend > 0.0 {
+            write!(f, ", its rise projected over {}× W + I", self.trend)?;
+        }
+        Ok(())
     }
 }
 
@@ -348,6 +356,8 @@ pub struct BudgetStats {
     /// Recent share of requests the shadow served late, and the margin the planner follows.
     pub shadow_recent_miss_share: Option<f64>,
     pub followed_recent_miss_share: Option<f64>,
+    /// Recent share the planner's own fleet served late (what its answers actually did).
+    pub own_recent_miss_share: Option<f64>,
     /// The budget's integral feedback (1 = the full shadow spend) and the miss price's
     /// multiple of its base.
     pub budget_gain: f64,
@@ -465,12 +475,17 @@ const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
 /// status quo instead of the cheapest margin: on less, the budget is the first bursts' spend.
 const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
 /// The rate rules run beside the KEDA + HPA shadow: the rate over 2 or 3 minutes, with a
-/// noise term of about one standard deviation and a multiplier around 1.
-const RATE_RULES: [RateRule; 4] = [
-    RateRule { m: 1.0, z: 1.0, window_s: 120.0 },
-    RateRule { m: 1.0, z: 1.0, window_s: 180.0 },
-    RateRule { m: 0.9, z: 1.0, window_s: 120.0 },
-    RateRule { m: 1.1, z: 0.5, window_s: 120.0 },
+/// noise term of about one standard deviation and a multiplier around 1; two of them add the
+/// rate's rise over the window projected over half or all of W + I (on a busy request log,
+/// where KEDA + HPA's 25 % headroom absorbs the noise, its misses are on the ramps, which it
+/// meets a warm-up late: there a rule that extrapolates the ramp beats it on both axes).
+const RATE_RULES: [RateRule; 6] = [
+    RateRule { m: 1.0, z: 1.0, window_s: 120.0, trend: 0.0 },
+    RateRule { m: 1.0, z: 1.0, window_s: 180.0, trend: 0.0 },
+    RateRule { m: 0.9, z: 1.0, window_s: 120.0, trend: 0.0 },
+    RateRule { m: 1.1, z: 0.5, window_s: 120.0, trend: 0.0 },
+    RateRule { m: 1.0, z: 1.0, window_s: 120.0, trend: 0.5 },
+    RateRule { m: 1.0, z: 1.0, window_s: 120.0, trend: 1.0 },
 ];
 /// A rate rule stands in for the status quo only where it cost no more than KEDA + HPA over
 /// the two-day evidence and was late on at most this share of KEDA + HPA's late mass, over
@@ -529,6 +544,8 @@ pub struct Planner {
     recent_need: VecDeque<(f64, u32)>,
     cf: Counterfactual,
     shadow: ReactiveShadow,
+    /// What the planner's own fleet served late (see `outcome.rs`).
+    outcome: outcome::Outcome,
     /// The rate rules (`RATE_RULES`) on the same arrivals, and the one standing in for the
     /// status quo (it beat KEDA + HPA on both axes), if any.
     rate_rules: Vec<ReactiveShadow>,
@@ -697,6 +714,7 @@ impl Planner {
             recent_need: VecDeque::new(),
             cf: Counterfactual::new(),
             shadow: ReactiveShadow::new(None),
+            outcome: outcome::Outcome::default(),
             rate_rules: RATE_RULES.iter().map(|&r| ReactiveShadow::new(Some(r))).collect(),
             rate_rule: None,
             starved: false,
@@ -781,6 +799,7 @@ impl Planner {
         for r in self.rate_rules.iter_mut() {
             r.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay, decay_s);
         }
+        self.outcome.observe(t_s, mass, self.last_backlog, self.cfg.slo_s, decay, decay_s);
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
             let mut followed =
@@ -993,8 +1012,8 @@ impl Planner {
         // is summed from the history once per decision.
         let mut means = [(f64::NAN, 0.0); RATE_RULES.len()];
         for k in 0..self.rate_rules.len() {
-            let window = self.rate_rules[k].rule.map_or(60.0, |r| r.window_s);
-            let rate = match means.iter().find(|(w, _)| *w == window) {
+            let (window, trend) = self.rate_rules[k].rule.map_or((60.0, 0.0), |r| (r.window_s, r.trend));
+            let mut rate = match means.iter().find(|(w, _)| *w == window) {
                 Some(&(_, r)) => r,
                 None => {
                     let r = self.history.mass_between(t - window, t) / window;
@@ -1002,8 +1021,20 @@ impl Planner {
                     r
                 }
             };
+            if trend > 0.0 {
+                rate += self.projected_rise(t, window, trend);
+            }
             self.rate_rules[k].decide(t, n0, rate, active_recent, mu, slo, self.w, max_r);
         }
+    }
+
+    /// A trend rule's addition to its window's mean rate at `t`: the rise of the window's
+    /// second half over its first (per second, from their midpoints half a window apart),
+    /// projected over `trend` × (W + I); never negative (a fall is the scale-down hold's).
+    fn projected_rise(&self, t: f64, window: f64, trend: f64) -> f64 {
+        let half = 0.5 * window;
+        let rise = (self.history.mass_between(t - half, t) - self.history.mass_between(t - window, t - half)) / half;
+        (rise / half).max(0.0) * trend * self.horizon()
     }
 
     /// The status quo the planner may follow: the rate rule that beat KEDA + HPA on both
@@ -1317,7 +1348,9 @@ impl Planner {
         // attainment target, a late request is priced higher (integral feedback, like the
         // budget's), so spare budget is spent on attainment; back to the base price when met.
         if let Some(c) = self.cand_idx {
-            let late = if self.follow_shadow { self.shadow.late_s } else { self.cf.late_s[c] };
+            // The followed margin's counterfactual misses, or the planner's real ones where
+            // its fleet was later than the margin's.
+            let late = if self.follow_shadow { self.shadow.late_s } else { self.cf.late_s[c] }.max(self.outcome.late_s);
             if let (Some(miss), Some(shadow_miss)) =
                 (self.cf.recent_share(late), self.cf.recent_share(self.shadow.late_s))
             {
@@ -1554,6 +1587,7 @@ impl Planner {
             shadow_replica_seconds: self.shadow.cost,
             shadow_recent_miss_share: self.cf.recent_share(self.shadow.late_s),
             followed_recent_miss_share: followed.and_then(|i| self.cf.recent_share(self.cf.late_s[i])),
+            own_recent_miss_share: self.cf.recent_share(self.outcome.late_s),
             budget_gain: self.budget_gain,
             miss_price_gain: self.price_gain,
             spent: self.spent(),
@@ -1620,6 +1654,7 @@ impl Planner {
             + self.wake_level.approx_heap_bytes()
             + self.recent_need.capacity() * 16
             + self.cf.approx_heap_bytes()
+            + self.outcome.approx_heap_bytes()
             + self.rate_rules.capacity() * std::mem::size_of::<ReactiveShadow>()
             + std::iter::once(&self.shadow)
                 .chain(&self.rate_rules)
@@ -2339,6 +2374,9 @@ mod tests {
         set(&mut p.rate_rules[1], 1001.0, 0.0, 0.0);
         set(&mut p.rate_rules[2], 800.0, 5.0, 9.5);
         set(&mut p.rate_rules[3], 950.0, 5.0, 5.0);
+        // 4, 5 (the trend rules): costlier than KEDA + HPA.
+        set(&mut p.rate_rules[4], 1200.0, 0.0, 0.0);
+        set(&mut p.rate_rules[5], 1500.0, 0.0, 0.0);
         assert_eq!(p.best_rate_rule(1.0), Some(3));
         // With 3 gone, none qualifies: the status quo is KEDA + HPA.
         set(&mut p.rate_rules[3], 950.0, 8.5, 5.0);
@@ -2352,6 +2390,32 @@ mod tests {
         assert_eq!(p.best_rate_rule(100.0), Some(0));
         p.rate_rule = Some(0);
         assert_eq!(p.status_quo().rule, Some(RATE_RULES[0]));
+    }
+
+    #[test]
+    fn a_trend_rule_projects_a_ramp_over_the_warm_up_and_adds_nothing_on_a_level_or_a_fall() {
+        let mut p = planner(420.0);
+        let mut t = 0.0;
+        let mut run = |p: &mut Planner, secs: usize, rate: &dyn Fn(f64) -> f64| {
+            for _ in 0..secs {
+                t += 1.0;
+                p.observe(t, 1.0, rate(t), 0.0);
+            }
+        };
+        run(&mut p, 900, &|_| 10.0);
+        assert_eq!(p.projected_rise(900.0, 120.0, 1.0), 0.0);
+        // Rising by 0.05 req/s every second: 0.05 × (W + I = 435 s) × the rule's share.
+        run(&mut p, 240, &|t| 10.0 + 0.05 * (t - 900.0));
+        for trend in [0.5, 1.0] {
+            let got = p.projected_rise(1140.0, 120.0, trend);
+            let want = 0.05 * 435.0 * trend;
+            assert!((got - want).abs() < 1e-6 * want, "trend {trend}: {got} vs {want}");
+        }
+        // Falling: nothing added.
+        run(&mut p, 120, &|t| 22.0 - 0.05 * (t - 1140.0));
+        assert_eq!(p.projected_rise(1260.0, 120.0, 1.0), 0.0);
+        // The rules that use it are the ones RATE_RULES marks with a trend share.
+        assert!(RATE_RULES.iter().any(|r| r.trend > 0.0) && RATE_RULES.iter().any(|r| r.trend == 0.0));
     }
 
     #[test]
