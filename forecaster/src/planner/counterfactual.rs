@@ -58,6 +58,8 @@ pub(super) struct OrderSnap {
     pub(super) peak: [f64; 2],
     /// Seconds a projected backlog is drained over once the replicas ordered for it are ready.
     pub(super) drain_s: f64,
+    /// Off a grid: the rate's recent rise projected over part of W + I (see `projected_rise`).
+    pub(super) ramp: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +129,7 @@ pub(super) fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
             }
         }
         Regime::Generic | Regime::GridChange => {
-            ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q])
+            ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q]).max(s.rate + s.ramp)
         }
     }
 }

@@ -491,6 +491,9 @@ const RATE_RULES: [RateRule; 6] = [
 /// the two-day evidence and was late on at most this share of KEDA + HPA's late mass, over
 /// both the two-day and the selection evidence.
 const RATE_RULE_MISS_SHARE: f64 = 0.8;
+const RAMP_WINDOW_S: f64 = 120.0;
+const RAMP_SHARE: f64 = 0.75;
+const RAMP_NOISE_Z: f64 = 1.0;
 /// Seconds of counterfactual evidence before the planner follows its choice.
 const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
@@ -1022,7 +1025,7 @@ impl Planner {
                 }
             };
             if trend > 0.0 {
-                rate += self.projected_rise(t, window, trend);
+                rate += self.projected_rise(t, window, trend, 0.0);
             }
             self.rate_rules[k].decide(t, n0, rate, active_recent, mu, slo, self.w, max_r);
         }
@@ -1031,9 +1034,11 @@ impl Planner {
     /// A trend rule's addition to its window's mean rate at `t`: the rise of the window's
     /// second half over its first (per second, from their midpoints half a window apart),
     /// projected over `trend` × (W + I); never negative (a fall is the scale-down hold's).
-    fn projected_rise(&self, t: f64, window: f64, trend: f64) -> f64 {
+    fn projected_rise(&self, t: f64, window: f64, trend: f64, z: f64) -> f64 {
         let half = 0.5 * window;
-        let rise = (self.history.mass_between(t - half, t) - self.history.mass_between(t - window, t - half)) / half;
+        let (late, early) = (self.history.mass_between(t - half, t), self.history.mass_between(t - window, t - half));
+        // Less `z` standard deviations of the difference of two Poisson counts.
+        let rise = (late - early - z * (late + early).max(0.0).sqrt()) / half;
         (rise / half).max(0.0) * trend * self.horizon()
     }
 
@@ -1311,6 +1316,11 @@ impl Planner {
             rate: self.shortfall_rate(),
             peak: self.peak,
             drain_s: self.drain_horizon(),
+            ramp: if self.grid.period().is_none() {
+                self.projected_rise(t, RAMP_WINDOW_S, RAMP_SHARE, RAMP_NOISE_Z)
+            } else {
+                0.0
+            },
         }
     }
 
@@ -1689,6 +1699,23 @@ mod tests {
             peak: [0.0; 2],
             // The SLO's pace at the tests' W = 60 s, SLO 5 s.
             drain_s: drain_seconds(5.0, 60.0, 0.0),
+            ramp: 0.0,
+        }
+    }
+
+    #[test]
+    fn off_a_grid_every_margin_covers_the_rate_plus_its_projected_ramp() {
+        let mut snap = snap_at(0.0, 10.0);
+        snap.regime = Regime::Generic;
+        snap.lr = [0.1; CF_QS.len()];
+        snap.ramp = 6.0;
+        for q in 0..CF_QS.len() {
+            let c = Cand { q, wake: 0, level: 0 };
+            assert!(cand_upper(&snap, c, 0.05) >= 16.0 - 1e-9);
+            snap.ramp = 0.0;
+            let flat = cand_upper(&snap, c, 0.05);
+            assert!((10.0..16.0).contains(&flat), "{flat}");
+            snap.ramp = 6.0;
         }
     }
 
@@ -2403,17 +2430,36 @@ mod tests {
             }
         };
         run(&mut p, 900, &|_| 10.0);
-        assert_eq!(p.projected_rise(900.0, 120.0, 1.0), 0.0);
+        assert_eq!(p.projected_rise(900.0, 120.0, 1.0, 0.0), 0.0);
         // Rising by 0.05 req/s every second: 0.05 × (W + I = 435 s) × the rule's share.
         run(&mut p, 240, &|t| 10.0 + 0.05 * (t - 900.0));
         for trend in [0.5, 1.0] {
-            let got = p.projected_rise(1140.0, 120.0, trend);
+            let got = p.projected_rise(1140.0, 120.0, trend, 0.0);
             let want = 0.05 * 435.0 * trend;
             assert!((got - want).abs() < 1e-6 * want, "trend {trend}: {got} vs {want}");
         }
+        // Discounting one standard deviation of the counts' difference leaves a ramp this
+        // steep mostly standing (the ramp floor's use).
+        let (raw, net) = (p.projected_rise(1140.0, 120.0, 1.0, 0.0), p.projected_rise(1140.0, 120.0, 1.0, 1.0));
+        assert!(net > 0.5 * raw && net < raw, "{net} of {raw}");
         // Falling: nothing added.
         run(&mut p, 120, &|t| 22.0 - 0.05 * (t - 1140.0));
-        assert_eq!(p.projected_rise(1260.0, 120.0, 1.0), 0.0);
+        assert_eq!(p.projected_rise(1260.0, 120.0, 1.0, 0.0), 0.0);
+        // A level of 10 req/s whose counts have a Poisson law's spread: the raw rise sees a
+        // slope about half the time, the discounted one about one time in six.
+        let mut state = 7u64;
+        let (mut raw_up, mut net_up, n) = (0, 0, 1800);
+        for k in 0..n + 120 {
+            let t = 1261.0 + k as f64;
+            p.observe(t, 1.0, (10.0 + 10f64.sqrt() * normal(&mut state)).round().max(0.0), 0.0);
+            if k >= 120 {
+                raw_up += usize::from(p.projected_rise(t, 120.0, 1.0, 0.0) > 0.0);
+                net_up += usize::from(p.projected_rise(t, 120.0, 1.0, 1.0) > 0.0);
+            }
+        }
+        let (raw_share, net_share) = (raw_up as f64 / n as f64, net_up as f64 / n as f64);
+        assert!((0.35..0.65).contains(&raw_share), "raw {raw_share}");
+        assert!(net_share < 0.3 && net_share < 0.5 * raw_share, "discounted {net_share}");
         // The rules that use it are the ones RATE_RULES marks with a trend share.
         assert!(RATE_RULES.iter().any(|r| r.trend > 0.0) && RATE_RULES.iter().any(|r| r.trend == 0.0));
     }
