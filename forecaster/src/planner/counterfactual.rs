@@ -58,7 +58,8 @@ pub(super) struct OrderSnap {
     pub(super) peak: [f64; 2],
     /// Seconds a projected backlog is drained over once the replicas ordered for it are ready.
     pub(super) drain_s: f64,
-    /// Off a grid: the rate's recent rise projected over part of W + I (see `projected_rise`).
+    /// Off a grid: the last minute's rate carried forward by its recent rise over part of
+    /// W + I (see `Planner::ramp_floor`); 0 on a grid.
     pub(super) ramp: f64,
 }
 
@@ -129,7 +130,7 @@ pub(super) fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
             }
         }
         Regime::Generic | Regime::GridChange => {
-            ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q]).max(s.rate + s.ramp)
+            ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q]).max(s.ramp)
         }
     }
 }

@@ -1042,6 +1042,16 @@ impl Planner {
         (rise / half).max(0.0) * trend * self.horizon()
     }
 
+    /// The ramp floor every margin keeps off a grid: the last half window's mean rate (the
+    /// rate half of it ago) carried forward by the rise that stands above the counts' noise,
+    /// over that half and `RAMP_SHARE` of W + I.
+    fn ramp_floor(&self, t: f64) -> f64 {
+        let half = 0.5 * RAMP_WINDOW_S;
+        let recent = self.history.mass_between(t - half, t) / half;
+        let over = (0.5 * half + RAMP_SHARE * self.horizon()) / (RAMP_SHARE * self.horizon());
+        recent + over * self.projected_rise(t, RAMP_WINDOW_S, RAMP_SHARE, RAMP_NOISE_Z)
+    }
+
     /// The status quo the planner may follow: the rate rule that beat KEDA + HPA on both
     /// cost and misses, if one did, else KEDA + HPA.
     fn status_quo(&self) -> &ReactiveShadow {
@@ -1316,11 +1326,7 @@ impl Planner {
             rate: self.shortfall_rate(),
             peak: self.peak,
             drain_s: self.drain_horizon(),
-            ramp: if self.grid.period().is_none() {
-                self.projected_rise(t, RAMP_WINDOW_S, RAMP_SHARE, RAMP_NOISE_Z)
-            } else {
-                0.0
-            },
+            ramp: if self.grid.period().is_none() { self.ramp_floor(t) } else { 0.0 },
         }
     }
 
@@ -1708,14 +1714,14 @@ mod tests {
         let mut snap = snap_at(0.0, 10.0);
         snap.regime = Regime::Generic;
         snap.lr = [0.1; CF_QS.len()];
-        snap.ramp = 6.0;
+        snap.ramp = 16.0;
         for q in 0..CF_QS.len() {
             let c = Cand { q, wake: 0, level: 0 };
             assert!(cand_upper(&snap, c, 0.05) >= 16.0 - 1e-9);
             snap.ramp = 0.0;
             let flat = cand_upper(&snap, c, 0.05);
             assert!((10.0..16.0).contains(&flat), "{flat}");
-            snap.ramp = 6.0;
+            snap.ramp = 16.0;
         }
     }
 
@@ -2431,6 +2437,7 @@ mod tests {
         };
         run(&mut p, 900, &|_| 10.0);
         assert_eq!(p.projected_rise(900.0, 120.0, 1.0, 0.0), 0.0);
+        assert!((p.ramp_floor(900.0) - 10.0).abs() < 1e-9);
         // Rising by 0.05 req/s every second: 0.05 × (W + I = 435 s) × the rule's share.
         run(&mut p, 240, &|t| 10.0 + 0.05 * (t - 900.0));
         for trend in [0.5, 1.0] {
@@ -2442,6 +2449,10 @@ mod tests {
         // steep mostly standing (the ramp floor's use).
         let (raw, net) = (p.projected_rise(1140.0, 120.0, 1.0, 0.0), p.projected_rise(1140.0, 120.0, 1.0, 1.0));
         assert!(net > 0.5 * raw && net < raw, "{net} of {raw}");
+        // The ramp floor: at 22 req/s now, rising 0.05/s, it is the rate now plus (less the
+        // noise's share of) the rise over ¾ of W + I = 16.3 req/s; never the lagging mean.
+        let floor = p.ramp_floor(1140.0);
+        assert!(floor > 22.0 + 0.5 * 16.3 && floor <= 22.0 + 16.3 + 1e-6, "ramp floor {floor}");
         // Falling: nothing added.
         run(&mut p, 120, &|t| 22.0 - 0.05 * (t - 1140.0));
         assert_eq!(p.projected_rise(1260.0, 120.0, 1.0, 0.0), 0.0);
