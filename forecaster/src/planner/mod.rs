@@ -491,6 +491,10 @@ const RATE_RULES: [RateRule; 6] = [
 /// the two-day evidence and was late on at most this share of KEDA + HPA's late mass, over
 /// both the two-day and the selection evidence.
 const RATE_RULE_MISS_SHARE: f64 = 0.8;
+/// The ramp floor (`Planner::ramp_floor`): the rise is measured over this window (its second
+/// half against its first), projected over this share of W + I (a full share overspent on
+/// busy logs at W = 420 s), less this many standard deviations of the two halves' Poisson
+/// counts (without it a low-rate log's noise reads as ramps).
 const RAMP_WINDOW_S: f64 = 120.0;
 const RAMP_SHARE: f64 = 0.75;
 const RAMP_NOISE_Z: f64 = 1.0;
