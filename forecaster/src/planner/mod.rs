@@ -806,7 +806,7 @@ impl Planner {
         for r in self.rate_rules.iter_mut() {
             r.observe(t_s - dt, dt, mass, mu, self.cfg.slo_s, decay, decay_s);
         }
-        self.outcome.observe(t_s, mass, self.last_backlog, self.cfg.slo_s, decay, decay_s);
+        self.outcome.observe(t_s, mass, self.last_backlog, self.cfg.slo_s, decay_s);
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
             let mut followed =
@@ -1370,7 +1370,7 @@ impl Planner {
         if let Some(c) = self.cand_idx {
             // The followed margin's counterfactual misses, or the planner's real ones where
             // its fleet was later than the margin's.
-            let late = if self.follow_shadow { self.shadow.late_s } else { self.cf.late_s[c] }.max(self.outcome.late_s);
+            let late = if self.follow_shadow { self.shadow.late_s } else { self.cf.late_s[c] }.max(self.outcome.late);
             if let (Some(miss), Some(shadow_miss)) =
                 (self.cf.recent_share(late), self.cf.recent_share(self.shadow.late_s))
             {
@@ -1607,7 +1607,7 @@ impl Planner {
             shadow_replica_seconds: self.shadow.cost,
             shadow_recent_miss_share: self.cf.recent_share(self.shadow.late_s),
             followed_recent_miss_share: followed.and_then(|i| self.cf.recent_share(self.cf.late_s[i])),
-            own_recent_miss_share: self.cf.recent_share(self.outcome.late_s),
+            own_recent_miss_share: self.cf.recent_share(self.outcome.late),
             budget_gain: self.budget_gain,
             miss_price_gain: self.price_gain,
             spent: self.spent(),

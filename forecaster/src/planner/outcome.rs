@@ -20,22 +20,20 @@ pub(super) struct Outcome {
     served: f64,
     /// `(t_end, cumulative arrivals through the sample, its mass)`, oldest first.
     pending: VecDeque<(f64, f64, f64)>,
-    /// Late mass with the budget's half-life and with the counterfactual's selection
-    /// half-life (comparable with the shadow's and the candidates' `late` / `late_s`).
+    /// Late mass, aged by the `decay` each sample is given (the planner gives the
+    /// counterfactual's selection decay, so it compares with the candidates' `late_s`).
     pub(super) late: f64,
-    pub(super) late_s: f64,
 }
 
 impl Outcome {
     /// One observed sample: `mass` arrived in the sample ending at `t_end`, `backlog` queued
-    /// at its end. `decay`/`decay_s` age the late mass over the sample.
-    pub(super) fn observe(&mut self, t_end: f64, mass: f64, backlog: f64, slo: f64, decay: f64, decay_s: f64) {
+    /// at its end. `decay` ages the late mass over the sample.
+    pub(super) fn observe(&mut self, t_end: f64, mass: f64, backlog: f64, slo: f64, decay: f64) {
         self.arrived += mass;
         // A queue reading is not always consistent with the arrivals (in `serve` both are
         // estimates): served never goes back.
         self.served = self.served.max(self.arrived - backlog);
         self.late *= decay;
-        self.late_s *= decay_s;
         if mass > 0.0 {
             if self.pending.len() >= OUTCOME_PENDING_CAP {
                 self.judge_front();
@@ -56,7 +54,6 @@ impl Outcome {
             let tol = 1e-9 * (1.0 + through.abs());
             let late = if through - self.served > tol { mass } else { 0.0 };
             self.late += late;
-            self.late_s += late;
         }
     }
 
@@ -89,7 +86,7 @@ mod tests {
         fn decide(&mut self, obs: &Observation<'_>) -> u32 {
             while self.fed < obs.arrivals.len() {
                 let s = self.fed;
-                self.outcome.observe(s as f64 + 1.0, obs.arrivals[s], obs.backlog[s], self.slo, 1.0, 1.0);
+                self.outcome.observe(s as f64 + 1.0, obs.arrivals[s], obs.backlog[s], self.slo, 1.0);
                 self.fed += 1;
             }
             self.inner.decide(obs)
@@ -120,7 +117,6 @@ mod tests {
             let miss = 1.0 - r.score.slo_attainment;
             assert!(miss > 0.01, "the scenario must have misses to compare (slo {slo}: {miss})");
             assert!((share - miss).abs() < 1e-9, "slo {slo}: outcome {share} vs simulator {miss}");
-            assert_eq!(p.outcome.late, p.outcome.late_s);
         }
     }
 
@@ -130,7 +126,7 @@ mod tests {
         // as it leaves the bounded pending list.
         let mut o = Outcome::default();
         for s in 0..2000 {
-            o.observe(s as f64 + 1.0, 1.0, s as f64 + 1.0, 10_000.0, 1.0, 1.0);
+            o.observe(s as f64 + 1.0, 1.0, s as f64 + 1.0, 10_000.0, 1.0);
         }
         assert!(o.pending.len() <= OUTCOME_PENDING_CAP);
         assert_eq!(o.late.round() as usize + o.pending.len(), 2000);
