@@ -183,6 +183,9 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     // ...and its spend against the KEDA + HPA shadow (the budget that holds it back).
     let budget = &one["triggers"][0]["planner"]["budget"];
     assert!(budget["shadow_replica_seconds"].is_number() && budget["spent"].is_boolean(), "{one}");
+    // ...and what its own fleet served late (null until an arrival has been judged).
+    let own = budget.get("own_recent_miss_share").unwrap_or_else(|| panic!("no own miss share: {one}"));
+    assert!(own.is_null() || own.as_f64().is_some_and(|v| (0.0..=1.0).contains(&v)), "{one}");
     // ...and how much the recent spread of its forecast errors widens its margin now.
     let spread = one["triggers"][0]["planner"]["error_spread_scale"].as_f64();
     assert!(spread.is_some_and(|v| (1.0..=1.5).contains(&v)), "{one}");
