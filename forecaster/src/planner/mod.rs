@@ -494,10 +494,11 @@ const RATE_RULE_MISS_SHARE: f64 = 0.8;
 /// The ramp floor (`Planner::ramp_floor`): the rise is measured over this window (its second
 /// half against its first), projected over this share of W + I (a full share overspent on
 /// busy logs at W = 420 s), less this many standard deviations of the two halves' Poisson
-/// counts (without it a low-rate log's noise reads as ramps).
+/// counts (without it a low-rate log's noise reads as ramps; with one, at SLOs of 2 and 10 s
+/// the low-rate logs still overspent by a hair in five more scenarios).
 const RAMP_WINDOW_S: f64 = 120.0;
 const RAMP_SHARE: f64 = 0.75;
-const RAMP_NOISE_Z: f64 = 1.0;
+const RAMP_NOISE_Z: f64 = 2.0;
 /// Seconds of counterfactual evidence before the planner follows its choice.
 const CF_MIN_EVIDENCE_S: f64 = 600.0;
 
@@ -2456,7 +2457,7 @@ mod tests {
         // The ramp floor: at 22 req/s now, rising 0.05/s, it is the rate now plus (less the
         // noise's share of) the rise over ¾ of W + I = 16.3 req/s; never the lagging mean.
         let floor = p.ramp_floor(1140.0);
-        assert!(floor > 22.0 + 0.5 * 16.3 && floor <= 22.0 + 16.3 + 1e-6, "ramp floor {floor}");
+        assert!(floor > 22.0 + 0.25 * 16.3 && floor <= 22.0 + 16.3 + 1e-6, "ramp floor {floor}");
         // Falling: nothing added.
         run(&mut p, 120, &|t| 22.0 - 0.05 * (t - 1140.0));
         assert_eq!(p.projected_rise(1260.0, 120.0, 1.0, 0.0), 0.0);
