@@ -222,6 +222,24 @@ def labels_match(selector, labels):
     return all(labels.get(k) == v for k, v in (selector or {}).items())
 
 
+# The `prescale serve` flags the chart may render.
+SERVE_FLAGS = {"--grpc-addr", "--http-addr", "--tls-cert", "--tls-key", "--tls-client-ca", "--idle-drop-seconds",
+               "--log-format", "--external-metrics-addr", "--external-metrics-config", "--external-metrics-cert",
+               "--external-metrics-key", "--requestheader-allowed-names", "--requestheader-client-ca-file",
+               "--client-ca-file", "--history-prometheus", "--history-lookback"}
+
+
+def check_serve_flags():
+    """When the binary is built, every flag the chart may render is one its `serve --help`
+    lists (chart and binary agree). Once, not per scenario: it does not depend on the values."""
+    if not os.access(PRESCALE_BIN, os.X_OK):
+        return
+    helptext = subprocess.run([PRESCALE_BIN, "serve", "--help"], text=True, capture_output=True).stdout
+    for flag in sorted(SERVE_FLAGS):
+        if flag not in ("--log-format",) and flag not in helptext:
+            problem("serve flags", f"{flag}: not a flag of {PRESCALE_BIN} serve")
+
+
 def check_scenario(sc, values, docs, notes):
     merged = values
     seen = set()
@@ -284,19 +302,9 @@ def check_scenario(sc, values, docs, notes):
     args = c.get("args", [])
     if args[:1] != ["serve"]:
         problem(sc, f"args must start with serve: {args}")
-    known = {"--grpc-addr", "--http-addr", "--tls-cert", "--tls-key", "--tls-client-ca", "--idle-drop-seconds",
-             "--log-format", "--external-metrics-addr", "--external-metrics-config", "--external-metrics-cert",
-             "--external-metrics-key", "--requestheader-allowed-names", "--requestheader-client-ca-file", "--client-ca-file",
-             "--history-prometheus", "--history-lookback"}
-    # ... and, when the binary is built, flags its `serve --help` lists (chart and binary agree).
-    if os.access(PRESCALE_BIN, os.X_OK):
-        helptext = subprocess.run([PRESCALE_BIN, "serve", "--help"], text=True, capture_output=True).stdout
-        for flag in sorted(known):
-            if flag not in ("--log-format",) and flag not in helptext:
-                problem(sc, f"{flag}: not a flag of {PRESCALE_BIN} serve")
     for a in args[1:]:
         flag = a.split("=", 1)[0]
-        if flag.startswith("--") and flag not in known and a not in merged.get("extraArgs", []):
+        if flag.startswith("--") and flag not in SERVE_FLAGS and a not in merged.get("extraArgs", []):
             problem(sc, f"unknown serve flag {a}")
     tls_on = merged["tls"]["enabled"]
     if tls_on != any(a.startswith("--tls-cert=") for a in args):
@@ -534,6 +542,7 @@ def check_values_documented(defaults):
 
 # ---------------------------------------------------------------------------- run
 def main():
+    check_serve_flags()
     lint_values = {"default": {}, "all-features": ALL_FEATURES}
     for sc, vals in lint_values.items():
         report = helm.lint(CHART, vals, strict=True, namespace=NAMESPACE)
