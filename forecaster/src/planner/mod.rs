@@ -1016,35 +1016,39 @@ impl Planner {
         let active_recent = self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let (mu, slo, max_r) = (self.cfg.capacity, self.cfg.slo_s, self.cfg.max_replicas);
         self.shadow.decide(t, n0, rate60, active_recent, mu, slo, self.w, max_r);
-        // Rules share windows (three of the four read the 2-minute mean): each window's mean
-        // is summed from the history once per decision.
-        let mut means = [(f64::NAN, 0.0); RATE_RULES.len()];
+        // Rules share windows (five of the six read the 2-minute mean, both trend rules its
+        // rise): each window's mean, and its rise once a trend rule asks, is summed from the
+        // history once per decision.
+        let mut sums: [(f64, f64, Option<f64>); RATE_RULES.len()] = [(f64::NAN, 0.0, None); RATE_RULES.len()];
         for k in 0..self.rate_rules.len() {
             let (window, trend) = self.rate_rules[k].rule.map_or((60.0, 0.0), |r| (r.window_s, r.trend));
-            let mut rate = match means.iter().find(|(w, _)| *w == window) {
-                Some(&(_, r)) => r,
-                None => {
-                    let r = self.history.mass_between(t - window, t) / window;
-                    means[k] = (window, r);
-                    r
-                }
-            };
+            let j = sums.iter().position(|s| s.0 == window).unwrap_or_else(|| {
+                sums[k] = (window, self.history.mass_between(t - window, t) / window, None);
+                k
+            });
+            let mut rate = sums[j].1;
             if trend > 0.0 {
-                rate += self.projected_rise(t, window, trend, 0.0);
+                let slope = *sums[j].2.get_or_insert_with(|| self.rise_slope(t, window, 0.0));
+                rate += slope * trend * self.horizon();
             }
             self.rate_rules[k].decide(t, n0, rate, active_recent, mu, slo, self.w, max_r);
         }
     }
 
-    /// A trend rule's addition to its window's mean rate at `t`: the rise of the window's
-    /// second half over its first (per second, from their midpoints half a window apart),
-    /// projected over `trend` × (W + I); never negative (a fall is the scale-down hold's).
-    fn projected_rise(&self, t: f64, window: f64, trend: f64, z: f64) -> f64 {
+    /// The rise of the rate over `window` at `t` (req/s per second): the window's second half
+    /// against its first, from their midpoints half a window apart, less `z` standard
+    /// deviations of the difference of the two halves' Poisson counts; never negative (a fall
+    /// is the scale-down hold's).
+    fn rise_slope(&self, t: f64, window: f64, z: f64) -> f64 {
         let half = 0.5 * window;
         let (late, early) = (self.history.mass_between(t - half, t), self.history.mass_between(t - window, t - half));
-        // Less `z` standard deviations of the difference of two Poisson counts.
         let rise = (late - early - z * (late + early).max(0.0).sqrt()) / half;
-        (rise / half).max(0.0) * trend * self.horizon()
+        (rise / half).max(0.0)
+    }
+
+    /// That rise projected over `trend` × (W + I): what a trend rule adds to its window's mean.
+    fn projected_rise(&self, t: f64, window: f64, trend: f64, z: f64) -> f64 {
+        self.rise_slope(t, window, z) * trend * self.horizon()
     }
 
     /// The ramp floor every margin keeps off a grid: the last half window's mean rate (the
