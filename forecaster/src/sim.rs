@@ -96,6 +96,12 @@ pub struct Score {
     pub p99_delay_s: f64,
     /// Replicas started by decisions (initial replicas are not counted).
     pub replica_starts: u64,
+    /// Share of arrival mass that missed the SLO on a cold start: it arrived in a second with
+    /// no ready replica (the fleet at zero, or waking from zero), or queued behind such a
+    /// second's backlog before the queue had emptied since. The misses scale-to-zero and
+    /// wake-up timing account for; `1 − slo_attainment − cold_start_miss` is the share late
+    /// for want of capacity on a running fleet. Not one of REPLAY.md's outputs: an extra key.
+    pub cold_start_miss: f64,
     /// Σ a(s).
     pub total_arrivals: f64,
     /// Backlog at the end of the last second: mass with infinite delay.
@@ -205,6 +211,9 @@ pub fn simulate(
     let progress_every = total_s.div_ceil(PROGRESS_CALLS).max(1);
 
     let mut backlog_hist: Vec<f64> = Vec::with_capacity(t_len);
+    // Per second: whether its arrivals meet a cold start (no replica ready, or a queue that a
+    // second without one began and that has not emptied since), for `Score::cold_start_miss`.
+    let mut cold: Vec<bool> = Vec::with_capacity(t_len);
     let mut ready: u32 = sc.initial_replicas;
     // (ready second, count), oldest start at the front; ready seconds are non-decreasing since
     // W is fixed and starts happen in time order.
@@ -229,6 +238,7 @@ pub fn simulate(
             p50_delay_s: 0.0,
             p99_delay_s: 0.0,
             replica_starts: 0,
+            cold_start_miss: 0.0,
             total_arrivals: 0.0,
             queued_at_end: 0.0,
         },
@@ -298,10 +308,12 @@ pub fn simulate(
         replica_seconds += u128::from(ready) + u128::from(warming_n);
 
         // 4. Service.
+        let cold_now = ready == 0 || (backlog > 0.0 && cold.last().copied().unwrap_or(false));
         let avail = backlog + arrival;
         let served = avail.min(f64::from(ready) * mu);
         backlog = settle_backlog(avail - served);
         backlog_hist.push(backlog);
+        cold.push(cold_now);
 
         // Chart series.
         if decision {
@@ -322,7 +334,7 @@ pub fn simulate(
     // 5. Delay.
     let delays = fifo_delays(a, &backlog_hist);
     let rs = replica_seconds as f64;
-    res.score = score_delays(a, &delays, sc.slo);
+    res.score = score_delays(a, &delays, &cold, sc.slo);
     res.score.replica_seconds = rs;
     res.score.gpu_hours = rs / 3600.0;
     res.score.replica_starts = starts;
@@ -369,14 +381,19 @@ fn is_done(backlog: f64, arrived_since: f64) -> bool {
 }
 
 /// Attainment and mass-weighted quantiles from per-second delays (see the module notes).
-fn score_delays(arrivals: &[f64], delays: &[Option<u64>], slo: f64) -> Score {
+fn score_delays(arrivals: &[f64], delays: &[Option<u64>], cold: &[bool], slo: f64) -> Score {
     let mut hist: Vec<f64> = Vec::new();
     let mut infinite = 0.0f64;
     let mut total_arrivals = 0.0f64;
-    for (&m, d) in arrivals.iter().zip(delays) {
+    let mut cold_late = 0.0f64;
+    for (s, (&m, d)) in arrivals.iter().zip(delays).enumerate() {
         total_arrivals += m;
         if m.is_nan() || m <= 0.0 {
             continue;
+        }
+        let late = d.is_none_or(|d| d as f64 > slo);
+        if late && cold.get(s).copied().unwrap_or(false) {
+            cold_late += m;
         }
         match *d {
             Some(d) => {
@@ -391,12 +408,15 @@ fn score_delays(arrivals: &[f64], delays: &[Option<u64>], slo: f64) -> Score {
     }
     let finite: f64 = hist.iter().sum();
     let total = finite + infinite;
-    let (attainment, p50, p99) = if total > 0.0 {
+    let (attainment, p50, p99, cold_start_miss) = if total > 0.0 {
         let within: f64 = hist.iter().enumerate().take_while(|(d, _)| (*d as f64) <= slo).map(|(_, m)| m).sum();
         // `+ 0.0`: an empty float sum is −0.0, which would print as "-0.000%" and "-0.0".
-        ((within / total).clamp(0.0, 1.0) + 0.0, quantile(&hist, total, 0.50), quantile(&hist, total, 0.99))
+        let attainment = (within / total).clamp(0.0, 1.0) + 0.0;
+        // Never more than the misses themselves (the two sums round apart).
+        let cold_start_miss = (cold_late / total).clamp(0.0, 1.0 - attainment) + 0.0;
+        (attainment, quantile(&hist, total, 0.50), quantile(&hist, total, 0.99), cold_start_miss)
     } else {
-        (1.0, 0.0, 0.0)
+        (1.0, 0.0, 0.0, 0.0)
     };
     Score {
         slo_attainment: attainment,
@@ -405,6 +425,7 @@ fn score_delays(arrivals: &[f64], delays: &[Option<u64>], slo: f64) -> Score {
         p50_delay_s: p50,
         p99_delay_s: p99,
         replica_starts: 0,
+        cold_start_miss,
         total_arrivals,
         queued_at_end: 0.0,
     }
@@ -624,6 +645,9 @@ mod tests {
             [Some(3), Some(2), Some(1), Some(1)]
         );
         assert_eq!(r.score.slo_attainment, 0.25);
+        // Second 0's mass (3 of 4) is late and came while no replica was ready; second 3's
+        // (1), queued behind it, met the SLO.
+        assert_eq!(r.score.cold_start_miss, 0.75);
         assert_eq!(r.score.p50_delay_s, 3.0);
         assert_eq!(r.score.p99_delay_s, 3.0);
         assert_eq!(r.score.total_arrivals, 4.0);
@@ -634,6 +658,25 @@ mod tests {
             p.seen,
             vec![(0, 0, 0, 0, 0), (1, 1, 1, 0, 2), (2, 2, 2, 0, 2), (3, 3, 3, 2, 0), (4, 4, 4, 1, 0), (5, 5, 5, 1, 0)]
         );
+    }
+
+    #[test]
+    fn misses_on_a_running_fleet_are_not_cold_starts() {
+        // One ready replica of μ = 1 under 3 req/s: the queue grows, requests miss the SLO of
+        // 2 s, and none of them arrived without a ready replica.
+        let t = arrivals(&[3.0; 8]);
+        let sc = scenario(1.0, 5, 1, 1, 10, 2.0);
+        let r = simulate(&t, &sc, &mut PlanPolicy::new(1, vec![1; 8]), None);
+        assert!(r.score.slo_attainment < 0.5, "{}", r.score.slo_attainment);
+        assert_eq!(r.score.cold_start_miss, 0.0);
+        // The same demand on a fleet released to zero and woken again two seconds later: the
+        // mass of the seconds without a ready replica is late, and counted as cold.
+        let sc = scenario(1.0, 2, 1, 1, 10, 2.0);
+        let plan = [1, 0, 4, 4, 4, 4, 4, 4];
+        let r = simulate(&t, &sc, &mut PlanPolicy::new(1, plan.to_vec()), None);
+        assert_eq!(r.ready, vec![1, 0, 0, 0, 4, 4, 4, 4]);
+        assert!(r.score.cold_start_miss > 0.0);
+        assert!(r.score.cold_start_miss <= 1.0 - r.score.slo_attainment);
     }
 
     #[test]
@@ -839,6 +882,8 @@ mod tests {
         backlog: Vec<f64>,
         delays: Vec<Option<u64>>,
         plan: Vec<u32>,
+        /// Whether each second's arrivals met a cold start.
+        cold: Vec<bool>,
     }
 
     fn naive(a: &[f64], sc: &Scenario, answers: &[u32]) -> Naive {
@@ -849,6 +894,7 @@ mod tests {
         let mut backlog = vec![];
         let mut served = vec![];
         let mut plan = vec![];
+        let mut cold = vec![];
         for (s, &x) in a.iter().enumerate() {
             let s = s as u64;
             if s % sc.interval == 0 {
@@ -879,6 +925,9 @@ mod tests {
             }
             cost += reps.len() as u64;
             let ready = reps.iter().filter(|r| r.0.is_none()).count() as f64;
+            // Cold: no ready replica, or still the queue a cold second began.
+            let prev_cold = cold.last().copied().unwrap_or(false);
+            cold.push(ready == 0.0 || (b > 0.0 && prev_cold));
             let sv = (b + x).min(ready * sc.capacity);
             b = b + x - sv;
             backlog.push(b);
@@ -891,7 +940,7 @@ mod tests {
                 (s0..n).find(|&t| served[..=t].iter().sum::<f64>() >= cum_a - 1e-9).map(|t| (t - s0) as u64)
             })
             .collect();
-        Naive { cost, starts, backlog, delays, plan }
+        Naive { cost, starts, backlog, delays, plan, cold }
     }
 
     fn naive_quantile(a: &[f64], delays: &[Option<u64>], q: f64) -> f64 {
@@ -952,6 +1001,13 @@ mod tests {
                 .map(|(m, _)| m).sum();
             let want = if total > 0.0 { within / total } else { 1.0 };
             prop_assert!((r.score.slo_attainment - want).abs() < 1e-12);
+            // Cold-start misses: the late mass of seconds with no ready replica.
+            let cold: f64 = a.iter().zip(&n.delays).zip(&n.cold)
+                .filter(|((_, d), &c)| c && !matches!(d, Some(d) if (*d as f64) <= sc.slo))
+                .map(|((m, _), _)| m).sum();
+            let want_cold = if total > 0.0 { cold / total } else { 0.0 };
+            prop_assert!((r.score.cold_start_miss - want_cold).abs() < 1e-12);
+            prop_assert!(r.score.cold_start_miss <= 1.0 - r.score.slo_attainment + 1e-15);
             if total > 0.0 {
                 prop_assert_eq!(r.score.p50_delay_s, naive_quantile(&a, &n.delays, 0.5));
                 prop_assert_eq!(r.score.p99_delay_s, naive_quantile(&a, &n.delays, 0.99));

@@ -83,6 +83,13 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
     let rescored = prescale_forecaster::score_plan(&tr, &sc, &plan).unwrap();
     assert!((rescored.score.slo_attainment - att).abs() < 1e-12, "{} vs {att}", rescored.score.slo_attainment);
     assert_eq!(rescored.score.replica_seconds, s["replica_seconds"].as_f64().unwrap());
+    // The misses split into cold starts and a running fleet's, for every policy.
+    assert_eq!(rescored.score.cold_start_miss, s["cold_start_miss"].as_f64().unwrap());
+    for row in s["policies"].as_array().unwrap() {
+        let (att, cold) = (row["slo_attainment"].as_f64().unwrap(), row["cold_start_miss"].as_f64().unwrap());
+        assert!((0.0..=1.0 - att + 1e-12).contains(&cold), "{row}");
+    }
+    assert!(out.contains("late: cold/run"), "{out}");
     // Chart: an SVG with one panel per policy.
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert!(svg.starts_with("<svg") || svg.contains("<svg"), "not an SVG");

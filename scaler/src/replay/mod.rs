@@ -78,6 +78,9 @@ pub struct PolicyRow {
     #[serde(serialize_with = "finite_or_null")]
     pub p99_delay_s: f64,
     pub replica_starts: u64,
+    /// Share of requests late on a cold start (no replica ready when they arrived); the rest
+    /// of the misses, `1 − slo_attainment − cold_start_miss`, came on a running fleet.
+    pub cold_start_miss: f64,
     pub wall_seconds: f64,
 }
 
@@ -99,6 +102,7 @@ pub struct Summary {
     #[serde(serialize_with = "finite_or_null")]
     pub p99_delay_s: f64,
     pub replica_starts: u64,
+    pub cold_start_miss: f64,
     pub oracle_replica_seconds: f64,
     pub policies: Vec<PolicyRow>,
 }
@@ -170,6 +174,7 @@ pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replaye
             p50_delay_s: s.p50_delay_s,
             p99_delay_s: s.p99_delay_s,
             replica_starts: s.replica_starts,
+            cold_start_miss: s.cold_start_miss,
             wall_seconds: wall,
         });
         results.push(res);
@@ -185,6 +190,7 @@ pub fn replay(trace: &Trace, name: &str, opts: &ReplayOptions) -> Result<Replaye
         p50_delay_s: primary.p50_delay_s,
         p99_delay_s: primary.p99_delay_s,
         replica_starts: primary.replica_starts,
+        cold_start_miss: primary.cold_start_miss,
         oracle_replica_seconds: oracle_rs,
         policies: rows,
     };
@@ -246,23 +252,31 @@ pub fn scorecard(s: &Summary) -> String {
         s.scenario.initial_replicas
     );
     out.push_str(&format!(
-        "{:<10} {:>9} {:>11} {:>9} {:>9} {:>9} {:>9}\n",
-        "policy", "SLO att.", "GPU-hours", "vs oracle", "p50 s", "p99 s", "starts"
+        "{:<10} {:>9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>15}\n",
+        "policy", "SLO att.", "GPU-hours", "vs oracle", "p50 s", "p99 s", "starts", "late: cold/run"
     ));
     let fmt_delay = |d: f64| if d.is_finite() { format!("{d:.0}") } else { "∞".into() };
     for r in &s.policies {
         out.push_str(&format!(
-            "{:<10} {:>8.3}% {:>11.1} {:>8.2}× {:>9} {:>9} {:>9}\n",
+            "{:<10} {:>8.3}% {:>11.1} {:>8.2}× {:>9} {:>9} {:>9} {:>15}\n",
             r.policy,
             r.slo_attainment * 100.0,
             r.gpu_hours,
             r.cost_vs_oracle,
             fmt_delay(r.p50_delay_s),
             fmt_delay(r.p99_delay_s),
-            r.replica_starts
+            r.replica_starts,
+            format!(
+                "{:.2}% / {:.2}%",
+                r.cold_start_miss * 100.0,
+                ((1.0 - r.slo_attainment - r.cold_start_miss) * 100.0).max(0.0)
+            )
         ));
     }
     out.push_str(&format!("oracle GPU-hours (REPLAY.md formula): {:.1}\n", s.oracle_replica_seconds / 3600.0));
+    out.push_str(
+        "late: cold/run = requests late on a cold start (no replica ready, or queued behind such a wait) / late on a running fleet\n",
+    );
     out
 }
 
@@ -337,6 +351,45 @@ mod tests {
         assert_eq!(rows.len(), 3);
         assert_eq!(&rows[1][2], why[1].as_str());
         assert_eq!(&rows[2][2], "");
+    }
+
+    #[test]
+    fn the_scorecard_splits_misses_into_cold_starts_and_a_running_fleet() {
+        // From zero, 10 s of 1 req/s that wait for the first replica's warm-up (cold), then
+        // after a pause a burst of 6 req/s on the replicas still running (not cold).
+        let mut text = String::from("window_start_s,rate_rps\n");
+        for s in 0..120 {
+            let rate = match s {
+                0..10 => 1.0,
+                60..90 => 6.0,
+                _ => 0.0,
+            };
+            text.push_str(&format!("{s},{rate}\n"));
+        }
+        let trace = super::load_trace(&text).unwrap();
+        let opts = super::ReplayOptions {
+            capacity: 1.0,
+            warmup: 5,
+            slo: 2.0,
+            interval: 1,
+            min_replicas: 0,
+            max_replicas: None,
+            initial_replicas: Some(0),
+            policy: super::Which::Reactive,
+            plan_out: None,
+            summary_out: None,
+            chart: None,
+            progress: false,
+        };
+        let r = super::replay(&trace, "t", &opts).unwrap();
+        let row = &r.summary.policies[0];
+        assert!(row.cold_start_miss > 0.0, "arrivals before the first replica is ready are cold");
+        let run = 1.0 - row.slo_attainment - row.cold_start_miss;
+        assert!(run > 0.0, "the burst outruns the running fleet");
+        assert_eq!(r.summary.cold_start_miss, row.cold_start_miss);
+        let table = super::scorecard(&r.summary);
+        let want = format!("{:.2}% / {:.2}%", row.cold_start_miss * 100.0, run * 100.0);
+        assert!(table.lines().any(|l| l.starts_with("reactive") && l.ends_with(&want)), "{want} in\n{table}");
     }
 
     #[test]
