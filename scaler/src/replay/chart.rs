@@ -53,13 +53,29 @@ pub fn draw(path: &Path, s: &Summary, results: &[SimResult]) -> Result<(), Strin
     fonts()?;
     let size = (1400, 330 * results.len().max(1) as u32);
     if is_png(path) {
-        draw_on(BitMapBackend::new(path, size).into_drawing_area(), s, results)
+        draw_on(BitMapBackend::new(path, size).into_drawing_area(), s, results, Lines::Segments)
     } else {
-        draw_on(SVGBackend::new(path, size).into_drawing_area(), s, results)
+        draw_on(SVGBackend::new(path, size).into_drawing_area(), s, results, Lines::Polyline)
     }
 }
 
-fn draw_on<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary, results: &[SimResult]) -> Result<(), String> {
+/// How a 2-px series is stroked. The bitmap backend strokes a wide polyline as one polygon
+/// with mitred joins, and where a series jumps from 0 to its peak and back within a pixel
+/// (a sparse client's bursts) the miter of that near-reversal reaches far outside the chart,
+/// across the other panels (plotters issue #549). Stroked as separate segments there are no
+/// joins to mitre; the SVG backend leaves the joins to the renderer and keeps one polyline.
+#[derive(Clone, Copy, PartialEq)]
+enum Lines {
+    Polyline,
+    Segments,
+}
+
+fn draw_on<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    s: &Summary,
+    results: &[SimResult],
+    lines: Lines,
+) -> Result<(), String> {
     let n = results.len().max(1);
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((n, 1));
@@ -75,9 +91,10 @@ fn draw_on<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary, result
         let y_max = demand.iter().chain(&ready).chain(&plan).copied().fold(1.0, f64::max) * 1.1;
         let b_max = backlog.iter().copied().fold(1.0, f64::max) * 1.1;
         let caption = format!(
-            "{} — SLO attainment {:.2}%, {:.1} GPU-h ({:.2}× oracle), {} starts",
+            "{} — SLO attainment {:.2}% ({:.2}% late on cold starts), {:.1} GPU-h ({:.2}× oracle), {} starts",
             row.policy,
             row.slo_attainment * 100.0,
+            row.cold_start_miss * 100.0,
             row.gpu_hours,
             row.cost_vs_oracle,
             row.replica_starts
@@ -111,11 +128,14 @@ fn draw_on<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary, result
             ("plan (desired)", &plan, RGBColor(255, 127, 14)),
         ];
         for (label, ys, color) in series {
-            chart
-                .draw_series(LineSeries::new(
-                    downsample(&hours, ys),
-                    color.stroke_width(if label.starts_with("demand") { 1 } else { 2 }),
-                ))
+            let style = color.stroke_width(if label.starts_with("demand") { 1 } else { 2 });
+            let points = downsample(&hours, ys);
+            let drawn = if lines == Lines::Segments {
+                chart.draw_series(points.windows(2).map(|p| PathElement::new(vec![p[0], p[1]], style)))
+            } else {
+                chart.draw_series(LineSeries::new(points, style))
+            };
+            drawn
                 .map_err(|e| e.to_string())?
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
@@ -130,4 +150,78 @@ fn draw_on<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary, result
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::replay::{replay, ReplayOptions, Which};
+
+    /// A sparse client: 3 days of 10-minute windows, mostly idle, with short bursts of very
+    /// different heights (a series that swings between 0 and its peak from one point to the
+    /// next, as `servegen-m-large-chunk-93` does).
+    fn spiky_trace() -> String {
+        let mut text = String::from("window_start_s,rate_rps\n");
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for k in 0..432u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let rate = if x.is_multiple_of(5) { (x >> 20) % 2000 } else { 0 } as f64 / 100.0;
+            text.push_str(&format!("{},{rate}\n", k * 600));
+        }
+        text
+    }
+
+    #[test]
+    fn a_png_keeps_every_line_inside_its_own_panel() {
+        let trace = crate::replay::load_trace(&spiky_trace()).unwrap();
+        let opts = ReplayOptions {
+            capacity: 0.25,
+            warmup: 420,
+            slo: 5.0,
+            interval: 15,
+            min_replicas: 0,
+            max_replicas: None,
+            initial_replicas: None,
+            policy: Which::All,
+            plan_out: None,
+            summary_out: None,
+            chart: None,
+            progress: false,
+        };
+        let r = replay(&trace, "spiky", &opts).unwrap();
+        let path = std::env::temp_dir().join(format!("prescale-chart-{}.png", std::process::id()));
+        super::draw(&path, &r.summary, &r.results).unwrap();
+        let decoder = png::Decoder::new(std::fs::File::open(&path).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let (w, h) = (info.width, info.height);
+        assert_eq!(h, 3 * 330);
+        // The ready (blue) and plan (orange) lines stay within their panel's plotting area:
+        // below the caption, above the x labels, between the axes' label areas.
+        let (blue, orange) = ((31u8, 119u8, 180u8), (255u8, 127u8, 14u8));
+        let mut outside = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                let i = ((y * w + x) * 3) as usize;
+                let px = (buf[i], buf[i + 1], buf[i + 2]);
+                if px != blue && px != orange {
+                    continue;
+                }
+                let top = y / 330 * 330;
+                let inside = (top + 24..top + 330 - 30).contains(&y) && (56..w - 60).contains(&x);
+                if !inside {
+                    outside.push((x, y));
+                }
+            }
+        }
+        assert!(
+            outside.is_empty(),
+            "{} line pixels outside their panel, e.g. {:?}",
+            outside.len(),
+            &outside[..outside.len().min(5)]
+        );
+    }
 }
