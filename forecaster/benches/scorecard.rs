@@ -88,6 +88,9 @@ struct Row {
     o_gpu: f64,
     p_starts: u64,
     r_starts: u64,
+    /// Shares of requests late on a cold start (`Score::cold_start_miss`).
+    p_cold: f64,
+    r_cold: f64,
 }
 
 fn main() {
@@ -151,6 +154,8 @@ fn main() {
                 o_gpu: o_rs / 3600.0,
                 p_starts: p.score.replica_starts,
                 r_starts: r.score.replica_starts,
+                p_cold: p.score.cold_start_miss,
+                r_cold: r.score.cold_start_miss,
             });
         }
         println!(
@@ -164,16 +169,18 @@ fn main() {
 
     println!();
     println!(
-        "{:<28} {:>4} | {:>9} {:>9} {:>6} {:>7} | {:>9} {:>9} {:>7} | {:>9} {:>9} | {:>5} {:>5}",
+        "{:<28} {:>4} | {:>9} {:>9} {:>6} {:>7} {:>6} | {:>9} {:>9} {:>7} {:>6} | {:>9} {:>9} | {:>5} {:>5}",
         "trace",
         "W",
         "pre att%",
         "pre GPUh",
         "×orc",
         "starts",
+        "cold%",
         "rea att%",
         "rea GPUh",
         "starts",
+        "cold%",
         "orc att%",
         "orc GPUh",
         "R1",
@@ -200,16 +207,18 @@ fn main() {
         pm += 1.0 - r.p_att;
         rm += 1.0 - r.r_att;
         println!(
-            "{:<28} {:>4} | {:>9.3} {:>9.2} {:>6.3} {:>7} | {:>9.3} {:>9.2} {:>7} | {:>9.3} {:>9.2} | {:>5} {:>5}",
+            "{:<28} {:>4} | {:>9.3} {:>9.2} {:>6.3} {:>7} {:>6.3} | {:>9.3} {:>9.2} {:>7} {:>6.3} | {:>9.3} {:>9.2} | {:>5} {:>5}",
             r.name,
             r.w,
             100.0 * r.p_att,
             r.p_gpu,
             ratio,
             r.p_starts,
+            100.0 * r.p_cold,
             100.0 * r.r_att,
             r.r_gpu,
             r.r_starts,
+            100.0 * r.r_cold,
             100.0 * r.o_att,
             r.o_gpu,
             if r1 { "pass" } else { "FAIL" },
