@@ -550,6 +550,9 @@ pub struct Planner {
     cached_members: ([f64; MEMBERS], [bool; MEMBERS]),
     intervals_seen: u64,
     recent_need: VecDeque<(f64, u32)>,
+    /// While the counterfactual is young (`cf_warm` false): each decision's need for the
+    /// forecast alone (no backlog drain), over the last W, for the warming guard in `plan`.
+    young_rate_need: VecDeque<(f64, u32)>,
     cf: Counterfactual,
     shadow: ReactiveShadow,
     /// What the planner's own fleet served late (see `outcome.rs`).
@@ -720,6 +723,7 @@ impl Planner {
             cached_members: ([0.0; MEMBERS], [false; MEMBERS]),
             intervals_seen: 0,
             recent_need: VecDeque::new(),
+            young_rate_need: VecDeque::new(),
             cf: Counterfactual::new(),
             shadow: ReactiveShadow::new(None),
             outcome: outcome::Outcome::default(),
@@ -1526,6 +1530,16 @@ impl Planner {
                 }
             }
             self.recent_need.push_back((t, raw));
+            if !self.cf_warm() {
+                while self.young_rate_need.front().is_some_and(|x| x.0 < t - self.w - 1e-9) {
+                    self.young_rate_need.pop_front();
+                }
+                if self.young_rate_need.len() < NEED_CAP {
+                    self.young_rate_need.push_back((t, need_fc));
+                }
+            } else {
+                self.young_rate_need.clear();
+            }
             let need = self.recent_need.iter().map(|x| x.1).max().unwrap_or(raw);
             desired = need;
             reason = if need > need_fc && need > n {
@@ -1580,6 +1594,23 @@ impl Planner {
             reason = Reason::StatusQuo { replicas: desired, rule, starved: self.starved };
         }
         desired = desired.max(busy_floor);
+        // Warming guard, while the counterfactual is young: the margin in force then (a
+        // standing peak, with no scale-in hold) sheds a replica as soon as its decaying peak
+        // slips under a replica's worth, and that cancels the newest replica still warming,
+        // to be re-ordered at the next uptick with its warm-up restarted (on Azure's
+        // conversation log with its first 10 minutes dropped, at W = 420 s, a replica was
+        // cancelled 270 s into its warm-up and re-ordered 30 s later). So a scale-in that
+        // would cancel warming replicas keeps what the forecast alone asked for within the
+        // last W. Only the forecast's need: a drain order is meant to be cancelled once the
+        // ready fleet has served the burst it was for (holding those cost 3 pp on a bursty
+        // code log).
+        if !self.cf_warm() && warming > 0 && desired < n {
+            let held = self.young_rate_need.iter().map(|x| x.1).max().unwrap_or(0).min(n);
+            if held > desired {
+                desired = held;
+                reason = Reason::Hold;
+            }
+        }
         // Until the counterfactual has evidence, the fleet we were handed is kept: shedding it
         // on no data is a bet the planner cannot yet price.
         let first_n = self.first_n.unwrap_or(n);
@@ -1674,6 +1705,7 @@ impl Planner {
             + self.activity_weeks.capacity()
             + self.ensemble.loss.capacity() * 16
             + self.pending.capacity() * std::mem::size_of::<Pending>()
+            + self.young_rate_need.capacity() * 16
             + self.ratio_generic.q.approx_heap_bytes()
             + self.ratio_grid.q.approx_heap_bytes()
             + self.wake_level.approx_heap_bytes()
@@ -2071,6 +2103,40 @@ mod tests {
         let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
         cfg.max_replicas = 100;
         Planner::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn a_young_planner_does_not_cancel_a_replica_it_ordered_for_the_rate_while_it_warms() {
+        // 12 ready replicas (μ = 1); the rate is 12.05 req/s for two minutes (13 replicas'
+        // worth), then 10. The young planner (its counterfactual has under ten minutes of
+        // evidence) holds a decaying peak, which slips under 12 req/s a few decisions after
+        // the drop; the 13th replica is still warming then (W = 420 s) and must not be
+        // cancelled to be re-ordered at the next uptick (a restarted warm-up).
+        let w = 420.0;
+        let mut p = planner(w);
+        let (mut desired, mut last13) = (12u32, None);
+        let mut t = 0.0;
+        while t < 540.0 {
+            for _ in 0..15 {
+                t += 1.0;
+                p.observe(t, 1.0, if t <= 120.0 { 12.05 } else { 10.0 }, 0.0);
+            }
+            let d = p.plan(t, 12, desired.saturating_sub(12)).desired;
+            if t > 60.0 {
+                // After the learning minute: it asked for the 13th replica...
+                if d >= 13 {
+                    last13 = Some(t);
+                }
+                // ...and keeps it while that order is younger than W.
+                if let Some(l) = last13 {
+                    if t - l < w && desired > 12 {
+                        assert!(d >= 13, "t = {t}: cancelled a warming replica ordered at {l} ({d})");
+                    }
+                }
+            }
+            desired = d;
+        }
+        assert!(last13.is_some(), "the rate above 12 req/s never asked for a 13th replica");
     }
 
     #[test]
