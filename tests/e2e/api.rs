@@ -192,5 +192,8 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     // ...and how strongly a dip below the hour's level widens the next change's margin.
     let slope = one["triggers"][0]["planner"]["dip_reversion_slope"].as_f64();
     assert!(slope.is_some_and(|v| (-1.0..=0.0).contains(&v)), "{one}");
+    // ...and how strongly a rise at the same minute of the last hours widens it.
+    let echo = one["triggers"][0]["planner"]["hourly_echo_slope"].as_f64();
+    assert!(echo.is_some_and(|v| (0.0..=1.0).contains(&v)), "{one}");
     assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
 }

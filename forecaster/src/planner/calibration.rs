@@ -179,3 +179,94 @@ impl Reversion {
         }
     }
 }
+
+/// The hourly echo at change points: a step that recurs at the same minute of every hour (a
+/// job started by cron at half past, a batch client polling hourly) is ordered for before it
+/// shows again. Each change point's step, `ln(next / current)` standardised as in
+/// [`RatioTracker`], is kept for `ECHO_HOURS` hours; the *echo* at a change `b` is the mean of
+/// the steps at `b − 1 h`, `b − 2 h`, … (those found within half a window), counted only when
+/// it rises (`max(0, mean)`). The step at each change is regressed on its echo (through the
+/// origin, forgotten like [`Reversion`]), and a change point's quantile is shifted by
+/// `γ·echo`, with `γ` the slope clamped to [0, 1] and used only once it is significantly
+/// positive (t ≥ `ECHO_MIN_T`): demand with no hourly rhythm keeps `γ` at 0, and nothing
+/// changes. The ratio tracker records outcomes net of the shift, as for the dip.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Echo {
+    /// (change time, standardised step) of the last `ECHO_HOURS` hours, oldest first.
+    pub(super) steps: VecDeque<(f64, f64)>,
+    pub(super) sxx: f64,
+    pub(super) sxy: f64,
+    pub(super) syy: f64,
+    pub(super) weight: f64,
+}
+
+/// Period of the echo, seconds.
+pub(super) const ECHO_PERIOD_S: f64 = 3600.0;
+/// Hours of past steps an echo averages.
+pub(super) const ECHO_HOURS: usize = 3;
+/// Most steps kept (a 60-s grid has 180 changes in 3 hours).
+pub(super) const ECHO_CAP: usize = 256;
+/// Change points (weight) before the echo slope is used, and the t statistic it must reach.
+pub(super) const ECHO_MIN_WEIGHT: f64 = 50.0;
+pub(super) const ECHO_MIN_T: f64 = 3.0;
+
+impl Echo {
+    /// The echo at a change at `b` on a grid of `period` seconds (None without any past step).
+    pub(super) fn feature(&self, b: f64, period: f64) -> Option<f64> {
+        let tol = 0.5 * period.min(ECHO_PERIOD_S);
+        let (mut sum, mut n) = (0.0, 0u32);
+        for j in 1..=ECHO_HOURS {
+            let at = b - j as f64 * ECHO_PERIOD_S;
+            if let Some(&(_, z)) = self.steps.iter().find(|(tb, _)| (tb - at).abs() < tol) {
+                sum += z;
+                n += 1;
+            }
+        }
+        (n > 0).then(|| (sum / f64::from(n)).max(0.0))
+    }
+
+    /// Record the standardised step `z` at the change at `b`.
+    pub(super) fn record(&mut self, b: f64, z: f64, period: f64) {
+        if !(b.is_finite() && z.is_finite()) || z.abs() > 1e6 {
+            return;
+        }
+        if let Some(x) = self.feature(b, period) {
+            let g = 0.5f64.powf(1.0 / REVERSION_HALF_LIFE);
+            self.sxx = g * self.sxx + x * x;
+            self.sxy = g * self.sxy + x * z;
+            self.syy = g * self.syy + z * z;
+            self.weight += 1.0;
+        }
+        while self.steps.front().is_some_and(|&(tb, _)| tb < b - (ECHO_HOURS as f64 + 0.5) * ECHO_PERIOD_S)
+            || self.steps.len() >= ECHO_CAP
+        {
+            self.steps.pop_front();
+        }
+        self.steps.push_back((b, z));
+    }
+
+    /// The fitted slope, 0 until it is significantly positive.
+    pub(super) fn gamma(&self) -> f64 {
+        if self.weight < ECHO_MIN_WEIGHT || self.sxx <= 0.0 {
+            return 0.0;
+        }
+        let g = self.sxy / self.sxx;
+        // Effective sample size of the forgotten sums: at most the half-life's worth.
+        let n = self.weight.min(REVERSION_HALF_LIFE / std::f64::consts::LN_2);
+        let resid = ((self.syy - g * self.sxy) / (n - 1.0).max(1.0)).max(0.0);
+        let se = (resid / self.sxx).sqrt();
+        if !(g.is_finite() && g > 0.0) || g < ECHO_MIN_T * se {
+            return 0.0;
+        }
+        g.min(1.0)
+    }
+
+    /// The shift (ln) of a change point's quantile at `b` for a forecast standardised by `s`.
+    pub(super) fn shift(&self, b: f64, period: f64, s: f64) -> f64 {
+        let g = self.gamma();
+        if g <= 0.0 || s <= 0.0 {
+            return 0.0;
+        }
+        self.feature(b, period).map_or(0.0, |x| g * x / s)
+    }
+}

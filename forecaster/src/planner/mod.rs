@@ -387,6 +387,9 @@ pub struct Snapshot {
     /// Slope of the step at a change point on how far the rate dipped below its hour's level
     /// (−1 to 0; its negative times the dip widens the margin after a dip; see `Reversion`).
     pub dip_reversion_slope: f64,
+    /// Slope of the step at a change point on the rise at the same minute of the last hours
+    /// (0 to 1, 0 until significant; times that rise it widens the margin; see `Echo`).
+    pub hourly_echo_slope: f64,
     pub grid_period_s: Option<f64>,
     pub idle: IdleStats,
     pub budget: BudgetStats,
@@ -540,6 +543,8 @@ pub struct Planner {
     ratio_generic: RatioTracker,
     ratio_grid: RatioTracker,
     reversion: Reversion,
+    /// The hourly echo of change-point steps (see [`Echo`]).
+    echo: Echo,
     /// Demand of the first interval after an idle gap, ln(replicas).
     wake_level: QuantileTracker,
     was_idle: bool,
@@ -715,6 +720,7 @@ impl Planner {
             ratio_generic: RatioTracker::new(cfg.capacity, cfg.max_replicas),
             ratio_grid: RatioTracker::new(cfg.capacity, cfg.max_replicas),
             reversion: Reversion::default(),
+            echo: Echo::default(),
             wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
             was_idle: true,
             cached: None,
@@ -830,6 +836,14 @@ impl Planner {
         self.rate_1m.observe(dt, rate);
         self.level_t += dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
+        if let Some(period) = self.grid.period() {
+            let prev = self.last_rate.max(0.0);
+            if (rate - prev).abs() > 1e-9 * prev.max(rate).max(1.0) {
+                let eps = 0.05 * mu;
+                let z = ((rate + eps) / (prev + eps)).ln() * self.ratio_grid.spread_factor(prev);
+                self.echo.record(t_s - dt, z, period);
+            }
+        }
         self.grid.observe(t_s - dt, rate, min_period);
         self.last_rate = rate;
         if self.fine.len() == FINE_CAP {
@@ -1193,7 +1207,11 @@ impl Planner {
         let tracker = self.tracker(regime);
         let (dip, shift) = if regime == Regime::GridChange {
             let d = self.dip(current, eps);
-            (d, self.reversion.beta() * d)
+            let echo = match (next_change, self.grid.period()) {
+                (Some(b), Some(period)) => self.echo.shift(b, period, self.ratio_grid.spread_factor(point)),
+                _ => 0.0,
+            };
+            (d, self.reversion.beta() * d + echo)
         } else {
             (0.0, 0.0)
         };
@@ -1676,6 +1694,7 @@ impl Planner {
             ratio_quantiles: [rq(0.5), rq(0.9), rq(0.99)],
             error_spread_scale: tr.vol_scale(),
             dip_reversion_slope: self.reversion.beta(),
+            hourly_echo_slope: self.echo.gamma(),
             grid_period_s: self.grid.period(),
             idle: IdleStats {
                 idle_for_s: tau,
@@ -1706,6 +1725,7 @@ impl Planner {
             + self.ensemble.loss.capacity() * 16
             + self.pending.capacity() * std::mem::size_of::<Pending>()
             + self.young_rate_need.capacity() * 16
+            + self.echo.steps.capacity() * 16
             + self.ratio_generic.q.approx_heap_bytes()
             + self.ratio_grid.q.approx_heap_bytes()
             + self.wake_level.approx_heap_bytes()
@@ -2207,6 +2227,85 @@ mod tests {
         r.record(-1.0, f64::INFINITY, 2.0, 1.0);
         r.record(-1e300, 1e300, 2.0, 1.0);
         assert_eq!(r.beta(), refill.beta());
+    }
+
+    #[test]
+    fn echo_learns_a_step_that_recurs_every_hour_and_only_that() {
+        let mut st = 11u64;
+        // 600-s windows for two days: at half past every hour the rate jumps (+0.8 ± 0.2,
+        // standardised) and falls back at the next change; every other step is noise.
+        let fit = |hourly: bool, st: &mut u64| {
+            let mut e = Echo::default();
+            for k in 0..288 {
+                let b = k as f64 * 600.0;
+                let z = match k % 6 {
+                    3 if hourly => 0.8 + 0.2 * normal(st),
+                    4 if hourly => -0.8 + 0.2 * normal(st),
+                    _ => 0.3 * normal(st),
+                };
+                e.record(b, z, 600.0);
+            }
+            e
+        };
+        let e = fit(true, &mut st);
+        let g = e.gamma();
+        assert!(g > 0.7 && g <= 1.0, "γ {g}");
+        // The next half past: the mean of the last three hours' jumps, times γ, over s.
+        let b = 291.0 * 600.0;
+        let x = e.feature(b, 600.0).unwrap();
+        assert!((x - 0.8).abs() < 0.25, "echo {x}");
+        assert!((e.shift(b, 600.0, 2.0) - g * x / 2.0).abs() < 1e-12);
+        // A fall an hour ago is no echo (only rises shift), nor is a window with no past.
+        assert_eq!(e.feature(292.0 * 600.0, 600.0), Some(0.0));
+        assert_eq!(e.feature(1e9, 600.0), None);
+        // No hourly rhythm: no slope, no shift.
+        let quiet = fit(false, &mut st);
+        assert_eq!(quiet.gamma(), 0.0);
+        assert_eq!(quiet.shift(b, 600.0, 2.0), 0.0);
+        // Too little evidence yet, and absurd inputs ignored.
+        let mut young = Echo::default();
+        for k in 0..40 {
+            young.record(k as f64 * 600.0, if k % 6 == 3 { 1.0 } else { 0.0 }, 600.0);
+        }
+        assert_eq!(young.gamma(), 0.0);
+        let mut r = e.clone();
+        r.record(f64::NAN, 1.0, 600.0);
+        r.record(1e9, f64::INFINITY, 600.0);
+        assert_eq!(r.gamma(), e.gamma());
+        assert!(r.steps.len() <= ECHO_CAP);
+    }
+
+    #[test]
+    fn an_hourly_jump_widens_the_margin_of_its_change_and_not_the_others() {
+        // 600-s windows at 40 req/s (±3 %), jumping to 64 at half past every hour (a cron
+        // job). After two days the planner shifts the margin of the change at half past by the
+        // learned echo, and leaves the change before it alone.
+        let w = 180.0;
+        let mut p = planner(w);
+        let mut st = 23u64;
+        let rates: Vec<f64> =
+            (0..2 * 144 + 12).map(|k| if k % 6 == 3 { 64.0 } else { 40.0 } * (1.0 + 0.03 * normal(&mut st))).collect();
+        let rate = |t: f64| rates[(t / 600.0).floor() as usize];
+        let mut t = 0.0;
+        let shift_at = |p: &mut Planner, b: f64, t: &mut f64| {
+            while *t < b - w {
+                p.observe(*t + 15.0, 15.0, rate(*t) * 15.0, 0.0);
+                *t += 15.0;
+            }
+            p.plan(b - w, 20, 0);
+            assert_eq!(p.cached_regime, Regime::GridChange);
+            (p.cached_shift, p.cached.clone().unwrap().upper)
+        };
+        // The change at k = 290 (k % 6 = 2) and then the jump at k = 291.
+        let (calm, _) = shift_at(&mut p, 290.0 * 600.0, &mut t);
+        let (jump, upper) = shift_at(&mut p, 291.0 * 600.0, &mut t);
+        assert!(p.echo.gamma() > 0.5, "γ {}", p.echo.gamma());
+        // (Both carry the dip's shift: the windows before them sit below the hour's mean.)
+        assert!(jump > calm + 0.2, "shift before the hourly jump {jump}, before a calm change {calm}");
+        let s = p.ratio_grid.spread_factor(40.0);
+        assert!(p.echo.shift(290.0 * 600.0, 600.0, s) < 0.03, "echo before a calm change");
+        assert!(upper >= 60.0, "upper {upper}");
+        assert_eq!(p.snapshot().hourly_echo_slope, p.echo.gamma());
     }
 
     #[test]
