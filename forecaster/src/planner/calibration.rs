@@ -185,8 +185,9 @@ impl Reversion {
 /// shows again. Each change point's step, `ln(next / current)` standardised as in
 /// [`RatioTracker`], is kept for `ECHO_HOURS` hours; the *echo* at a change `b` is the mean of
 /// the steps at `b − 1 h`, `b − 2 h`, … (those found within half a window), counted only when
-/// it rises (`max(0, mean)`). The step at each change is regressed on its echo (through the
-/// origin, forgotten like [`Reversion`]), and a change point's quantile is shifted by
+/// it rises (`max(0, mean)`). The step at each change is regressed on its echo (with an
+/// intercept: through the origin, a positive echo would read a rising day's mean step as a
+/// rhythm; forgotten like [`Reversion`]), and a change point's quantile is shifted by
 /// `γ·echo`, with `γ` the slope clamped to [0, 1] and used only once it is significantly
 /// positive (t ≥ `ECHO_MIN_T`): demand with no hourly rhythm keeps `γ` at 0, and nothing
 /// changes. The ratio tracker records outcomes net of the shift, as for the dip.
@@ -194,6 +195,10 @@ impl Reversion {
 pub(super) struct Echo {
     /// (change time, standardised step) of the last `ECHO_HOURS` hours, oldest first.
     pub(super) steps: VecDeque<(f64, f64)>,
+    /// Forgotten sums of 1, x, y, x², xy, y² (x the echo, y the step).
+    pub(super) s0: f64,
+    pub(super) sx: f64,
+    pub(super) sy: f64,
     pub(super) sxx: f64,
     pub(super) sxy: f64,
     pub(super) syy: f64,
@@ -232,6 +237,9 @@ impl Echo {
         }
         if let Some(x) = self.feature(b, period) {
             let g = 0.5f64.powf(1.0 / REVERSION_HALF_LIFE);
+            self.s0 = g * self.s0 + 1.0;
+            self.sx = g * self.sx + x;
+            self.sy = g * self.sy + z;
             self.sxx = g * self.sxx + x * x;
             self.sxy = g * self.sxy + x * z;
             self.syy = g * self.syy + z * z;
@@ -247,14 +255,19 @@ impl Echo {
 
     /// The fitted slope, 0 until it is significantly positive.
     pub(super) fn gamma(&self) -> f64 {
-        if self.weight < ECHO_MIN_WEIGHT || self.sxx <= 0.0 {
+        if self.weight < ECHO_MIN_WEIGHT || self.s0 <= 2.0 {
             return 0.0;
         }
-        let g = self.sxy / self.sxx;
-        // Effective sample size of the forgotten sums: at most the half-life's worth.
-        let n = self.weight.min(REVERSION_HALF_LIFE / std::f64::consts::LN_2);
-        let resid = ((self.syy - g * self.sxy) / (n - 1.0).max(1.0)).max(0.0);
-        let se = (resid / self.sxx).sqrt();
+        let cxx = self.sxx - self.sx * self.sx / self.s0;
+        let cxy = self.sxy - self.sx * self.sy / self.s0;
+        let cyy = self.syy - self.sy * self.sy / self.s0;
+        if cxx <= 1e-12 * self.sxx {
+            return 0.0;
+        }
+        let g = cxy / cxx;
+        // The forgotten count is the sample size.
+        let resid = ((cyy - g * cxy) / (self.s0 - 2.0)).max(0.0);
+        let se = (resid / cxx).sqrt();
         if !(g.is_finite() && g > 0.0) || g < ECHO_MIN_T * se {
             return 0.0;
         }

@@ -2234,20 +2234,21 @@ mod tests {
         let mut st = 11u64;
         // 600-s windows for two days: at half past every hour the rate jumps (+0.8 ± 0.2,
         // standardised) and falls back at the next change; every other step is noise.
-        let fit = |hourly: bool, st: &mut u64| {
+        let fit = |hourly: bool, drift: f64, st: &mut u64| {
             let mut e = Echo::default();
             for k in 0..288 {
                 let b = k as f64 * 600.0;
-                let z = match k % 6 {
-                    3 if hourly => 0.8 + 0.2 * normal(st),
-                    4 if hourly => -0.8 + 0.2 * normal(st),
-                    _ => 0.3 * normal(st),
-                };
+                let z = drift
+                    + match k % 6 {
+                        3 if hourly => 0.8 + 0.2 * normal(st),
+                        4 if hourly => -0.8 + 0.2 * normal(st),
+                        _ => 0.3 * normal(st),
+                    };
                 e.record(b, z, 600.0);
             }
             e
         };
-        let e = fit(true, &mut st);
+        let e = fit(true, 0.0, &mut st);
         let g = e.gamma();
         assert!(g > 0.7 && g <= 1.0, "γ {g}");
         // The next half past: the mean of the last three hours' jumps, times γ, over s.
@@ -2259,9 +2260,11 @@ mod tests {
         assert_eq!(e.feature(292.0 * 600.0, 600.0), Some(0.0));
         assert_eq!(e.feature(1e9, 600.0), None);
         // No hourly rhythm: no slope, no shift.
-        let quiet = fit(false, &mut st);
+        let quiet = fit(false, 0.0, &mut st);
         assert_eq!(quiet.gamma(), 0.0);
         assert_eq!(quiet.shift(b, 600.0, 2.0), 0.0);
+        // Nor a steady rise (every step up a little): a rising day is not a rhythm.
+        assert_eq!(fit(false, 0.3, &mut st).gamma(), 0.0);
         // Too little evidence yet, and absurd inputs ignored.
         let mut young = Echo::default();
         for k in 0..40 {
