@@ -1357,7 +1357,7 @@ impl Planner {
             rate: self.shortfall_rate(),
             peak: self.peak,
             drain_s: self.drain_horizon(),
-            ramp: if self.grid.period().is_none() { self.ramp_floor(t) } else { 0.0 },
+            ramp: if !self.coarse_grid() { self.ramp_floor(t) } else { 0.0 },
         }
     }
 
@@ -1376,6 +1376,22 @@ impl Planner {
             self.last_rate.max(0.0)
         } else {
             self.rate_1m.value
+        }
+    }
+
+    /// A window grid whose windows outlast the horizon: the rate until the next change is
+    /// known and at most one change falls within W + I. On a finer grid several changes do,
+    /// and the horizon is as unknown as off a grid (a ramp of 1-minute windows).
+    fn coarse_grid(&self) -> bool {
+        self.grid.period().is_some_and(|p| p >= self.horizon())
+    }
+
+    /// Seconds a need is held against a scale-in (the ski-rental hold; see `plan`).
+    fn scale_in_hold(&self, cand: Cand) -> f64 {
+        if self.coarse_grid() || cand.level > 0 || self.spent() {
+            0.0
+        } else {
+            self.w
         }
     }
 
@@ -1539,7 +1555,7 @@ impl Planner {
             // hold once the budget is spent: the hold is not in the candidates' counterfactual
             // cost (a small fleet at W = 420 pays ~10 % for it), and from here on the planner
             // may spend only what the candidate it follows spends.
-            let hold_s = if self.grid.period().is_some() || cand.level > 0 || self.spent() { 0.0 } else { self.w };
+            let hold_s = self.scale_in_hold(cand);
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
                     self.recent_need.pop_front();
@@ -2123,6 +2139,50 @@ mod tests {
         let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
         cfg.max_replicas = 100;
         Planner::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
+        // The same demand as 1-minute and as 10-minute windows, planned at W = 180 s
+        // (W + I = 195 s; 10 req/s per replica): 20 req/s, a ramp to 200 over ten minutes,
+        // then flat. On the 1-minute grid three changes fall within the horizon:
+        // every margin carries the ramp forward, and a need is held for W against a
+        // scale-in, as off a grid. On the 10-minute grid the rate until the next change is
+        // known: no ramp term, no hold.
+        let w = 180.0;
+        let rate_at = |t: f64, window: f64| {
+            let k = (t / window).floor();
+            // (±1 req/s from window to window, so that each boundary is a change.)
+            let wobble = if k as i64 % 2 == 0 { 1.0 } else { -1.0 };
+            20.0 + wobble + 180.0 * ((k * window - 3600.0) / 600.0).clamp(0.0, 1.0)
+        };
+        for (window, fine) in [(60.0, true), (600.0, false)] {
+            let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
+            cfg.max_replicas = 100;
+            let mut p = Planner::new(cfg).unwrap();
+            let mut t = 0.0;
+            while t < 4800.0 {
+                if t == 3900.0 {
+                    assert_eq!(p.grid.period(), Some(window));
+                    assert_eq!(p.coarse_grid(), !fine);
+                    let fc = p.cached.clone().unwrap();
+                    let ramp = p.order_snap(t, &fc).ramp;
+                    if fine {
+                        assert!(ramp > rate_at(t - 1.0, window) + 10.0, "ramp {ramp} on the 1-minute grid");
+                    } else {
+                        assert_eq!(ramp, 0.0);
+                    }
+                    // A forecast margin's need is held for W against a scale-in on the fine
+                    // grid only (a standing level is its own hold on either).
+                    assert!(!p.spent());
+                    assert_eq!(p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }), if fine { w } else { 0.0 });
+                    assert_eq!(p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }), 0.0);
+                }
+                p.plan(t, 20, 0);
+                p.observe(t + 15.0, 15.0, rate_at(t, window) * 15.0, 0.0);
+                t += 15.0;
+            }
+        }
     }
 
     #[test]
