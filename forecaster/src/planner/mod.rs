@@ -1549,9 +1549,10 @@ impl Planner {
             let need_fc = self.replicas_for(fc.upper);
             let raw = self.replicas_for(fc.upper + drain);
             // Ski-rental break-even: a replica released now and needed again within W costs
-            // more than keeping it, so without exact knowledge of the future (no grid) hold
-            // the largest need of the last W seconds. Between grid change points the future
-            // is known and no hold is needed; a standing level is its own hold. Nor is there a
+            // more than keeping it, so without exact knowledge of the future (no grid, or one
+            // finer than W + I) hold the largest need of the last W seconds. Between the change
+            // points of a coarse grid the future is known and no hold is needed; a standing
+            // level is its own hold. Nor is there a
             // hold once the budget is spent: the hold is not in the candidates' counterfactual
             // cost (a small fleet at W = 420 pays ~10 % for it), and from here on the planner
             // may spend only what the candidate it follows spends.
