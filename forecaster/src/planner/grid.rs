@@ -22,23 +22,25 @@ pub(super) fn gcd(mut a: i64, mut b: i64) -> i64 {
 }
 
 impl GridDetector {
-    pub(super) fn observe(&mut self, t_start: f64, rate: f64, min_period: f64) {
+    /// Observe the rate of the sample starting at `t_start`; true when it is a change from the
+    /// previous sample's (whether or not it keeps the grid).
+    pub(super) fn observe(&mut self, t_start: f64, rate: f64, min_period: f64) -> bool {
         if self.broken {
-            return;
+            return false;
         }
         let Some(prev) = self.last_rate else {
             self.last_rate = Some(rate);
-            return;
+            return false;
         };
         self.last_rate = Some(rate);
         let tol = 1e-9 * prev.abs().max(rate.abs()).max(1.0);
         if (rate - prev).abs() <= tol {
-            return;
+            return false;
         }
         let r = t_start.round();
         if (t_start - r).abs() > 1e-6 {
             self.broken = true;
-            return;
+            return true;
         }
         let c = r as i64;
         match self.first {
@@ -51,6 +53,7 @@ impl GridDetector {
             }
         }
         self.changes += 1;
+        true
     }
 
     pub(super) fn period(&self) -> Option<f64> {

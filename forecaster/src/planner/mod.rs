@@ -836,15 +836,15 @@ impl Planner {
         self.rate_1m.observe(dt, rate);
         self.level_t += dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
-        if let Some(period) = self.grid.period() {
-            let prev = self.last_rate.max(0.0);
-            if (rate - prev).abs() > 1e-9 * prev.max(rate).max(1.0) {
-                let eps = 0.05 * mu;
+        // A change on the grid known before this sample feeds the hourly echo.
+        let period = self.grid.period();
+        if self.grid.observe(t_s - dt, rate, min_period) {
+            if let Some(period) = period {
+                let (prev, eps) = (self.last_rate.max(0.0), 0.05 * mu);
                 let z = ((rate + eps) / (prev + eps)).ln() * self.ratio_grid.spread_factor(prev);
                 self.echo.record(t_s - dt, z, period);
             }
         }
-        self.grid.observe(t_s - dt, rate, min_period);
         self.last_rate = rate;
         if self.fine.len() == FINE_CAP {
             self.fine.pop_front();
@@ -1552,10 +1552,10 @@ impl Planner {
             // more than keeping it, so without exact knowledge of the future (no grid, or one
             // finer than W + I) hold the largest need of the last W seconds. Between the change
             // points of a coarse grid the future is known and no hold is needed; a standing
-            // level is its own hold. Nor is there a
-            // hold once the budget is spent: the hold is not in the candidates' counterfactual
-            // cost (a small fleet at W = 420 pays ~10 % for it), and from here on the planner
-            // may spend only what the candidate it follows spends.
+            // level is its own hold. Nor is there a hold once the budget is spent: the hold is
+            // not in the candidates' counterfactual cost (a small fleet at W = 420 pays ~10 %
+            // for it), and from here on the planner may spend only what the candidate it
+            // follows spends.
             let hold_s = self.scale_in_hold(cand);
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
