@@ -229,8 +229,9 @@ pub enum Reason {
     },
 }
 
-/// An expected idle time in a reason: seconds, or unknown before any idle spell has ended
-/// (carried as ≥ 1e9 s so that the JSON views stay finite).
+/// An expected idle time in a reason: seconds, or unknown when no idle spell as long as the
+/// current one has ended yet (none at all, or this one has outlasted every one seen; carried
+/// as ≥ 1e9 s so that the JSON views stay finite).
 struct Idle(f64);
 
 impl fmt::Display for Idle {
@@ -238,7 +239,7 @@ impl fmt::Display for Idle {
         if self.0.is_finite() && self.0 < 1e9 {
             write!(f, "{:.0}s", self.0)
         } else {
-            write!(f, "unknown (no idle spell seen yet)")
+            write!(f, "unknown (no idle spell this long seen yet)")
         }
     }
 }
@@ -1806,7 +1807,7 @@ mod tests {
     #[test]
     fn a_reason_says_an_idle_time_is_unknown_rather_than_printing_its_sentinel() {
         let unknown = Reason::KeepAlive { p_arrival: 0.5, expected_idle_s: 1e9 }.to_string();
-        assert!(unknown.contains("expected idle unknown"), "{unknown}");
+        assert!(unknown.contains("expected idle unknown (no idle spell this long seen yet)"), "{unknown}");
         assert!(!unknown.contains("1000000000"), "{unknown}");
         let known = Reason::ToZero { p_arrival: 0.01, expected_idle_s: 1234.4 }.to_string();
         assert!(known.contains("expected idle 1234s > W"), "{known}");
