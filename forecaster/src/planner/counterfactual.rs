@@ -26,11 +26,14 @@ pub(super) const CF_ORDERS_CAP: usize = 128;
 /// Half-life of the counterfactual evidence behind the budget (the candidates' and the
 /// shadow's decayed spend), seconds: two days, so a daily cycle is paid for as a whole.
 pub(super) const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
-/// Half-life of the evidence that picks the margin to follow (cost + price × late), seconds:
-/// shorter than the budget's, so the choice follows the traffic of the last hours (a quiet
-/// night and a busy afternoon want different margins) while the spend is still judged over
-/// whole days.
-pub(super) const CF_SELECT_HALF_LIFE_S: f64 = 6.0 * 3600.0;
+/// Cap on the half-life of the evidence that picks the margin to follow (cost + price ×
+/// late) and of every "recent" share (the miss price's feedback, the status quo's recent
+/// misses), seconds: the budget's two days. The events that decide a margin (a morning
+/// wake-up, the day's first ramp, a burst) come once a day or less; judged on the last few
+/// hours, the choice forgot yesterday's by the time the next one came and switched after
+/// each one to the margin that would have caught it (a 6-hour cap missed more on six of
+/// eight held-out sets; see ARCHITECTURE.md, session 17).
+pub(super) const CF_SELECT_HALF_LIFE_S: f64 = CF_HALF_LIFE_S;
 /// The selection half-life is this share of the counterfactual's age, up to
 /// `CF_SELECT_HALF_LIFE_S` and at least `CF_SELECT_MIN_HALF_LIFE_S`.
 pub(super) const CF_SELECT_AGE_SHARE: f64 = 0.5;

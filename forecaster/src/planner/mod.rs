@@ -22,10 +22,11 @@
 //!   of REPLAY.md (ratio quantile of the forecast × wake threshold on P(arrival), or a standing
 //!   level: multiple of the slow mean rate or share of a decaying peak of `x`), each with its
 //!   own fluid queue, and the planner follows the one with the lowest replica-seconds +
-//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over the last hours (half-life: half
-//!   the planner's age, at most 6 h); the price rises while attainment is below its target
-//!   and budget is left over (`price_feedback`); where the status quo misses almost nothing
-//!   (`STATUS_QUO_NEAR_PERFECT`), only margins no later than it over two days are followed;
+//!   price × late mass ([`MISS_PRICE_SERVICE_TIMES`]) over recent evidence (half-life: half
+//!   the planner's age, at most the budget's two days); the price rises while attainment is
+//!   below its target and budget is left over (`price_feedback`); where the status quo misses
+//!   almost nothing (`STATUS_QUO_NEAR_PERFECT`), only margins no later than it over two days
+//!   are followed;
 //! - budgets itself by the status quo: a shadow of today's KEDA + HPA (REPLAY.md "Reactive")
 //!   runs on the same arrivals, and candidates costing more than it over two days (corrected for the
 //!   planner's measured overhead over the bare candidate, with integral feedback on its own
@@ -1834,8 +1835,14 @@ mod tests {
     /// SLO 5 s, W = 60 s; the other candidates have none), fed `rate` req/s for each
     /// `(seconds, rate)` phase in turn.
     fn two_fleets(phases: &[(u32, f64)]) -> (Counterfactual, usize, usize) {
+        two_fleets_aged(0.0, phases)
+    }
+
+    /// The same, for a counterfactual that has already seen `age_s` seconds of evidence.
+    fn two_fleets_aged(age_s: f64, phases: &[(u32, f64)]) -> (Counterfactual, usize, usize) {
         let mut cf = Counterfactual::new();
         cf.started = true;
+        cf.seen_s = age_s;
         let (a, b) = (3, 7);
         for (i, n) in [(a, 2), (b, 6)] {
             cf.reps[i] = n;
@@ -1863,6 +1870,22 @@ mod tests {
         assert_eq!(cf.best(price, None, f64::INFINITY, None, None), a);
         // A budget below A's two-day spend still rules it out.
         assert_ne!(cf.best(price, None, cf.cost[a] * 0.99, None, None), a);
+    }
+
+    #[test]
+    fn an_old_planner_still_weighs_yesterdays_overload_when_it_chooses_a_margin() {
+        // Ten days in, one overloaded hour (4 req/s) makes A late; then 30 quiet hours. The
+        // choice still weighs that hour (its evidence has the budget's two-day half-life, not
+        // a few hours'): B, the fleet that served it. With a 6-hour memory it would be A again
+        // by now, and the next overload would find the cheap fleet once more.
+        let (cf, a, b) = two_fleets_aged(10.0 * 86400.0, &[(3600, 4.0), (30 * 3600, 1.0)]);
+        let price = 150.0;
+        assert!(cf.late_s[a] > 0.5 * cf.late[a], "{} {}", cf.late_s[a], cf.late[a]);
+        assert_eq!(cf.best(price, None, f64::INFINITY, None, None), b);
+        // A young planner (the same hours as its whole life) judges on half its age and has
+        // gone back to the cheaper fleet.
+        let (young, a, _) = two_fleets(&[(3600, 4.0), (30 * 3600, 1.0)]);
+        assert_eq!(young.best(price, None, f64::INFINITY, None, None), a);
     }
 
     #[test]
