@@ -31,8 +31,8 @@ pub(super) const CF_HALF_LIFE_S: f64 = 2.0 * 86400.0;
 /// misses), seconds: the budget's two days. The events that decide a margin (a morning
 /// wake-up, the day's first ramp, a burst) come once a day or less; judged on the last few
 /// hours, the choice forgot yesterday's by the time the next one came and switched after
-/// each one to the margin that would have caught it (a 6-hour cap missed more on six of
-/// eight held-out sets; see ARCHITECTURE.md, session 17).
+/// each one to the margin that would have caught it (a 6-hour cap missed more on the dev
+/// set and on five of the eight held-out sets this changes; see ARCHITECTURE.md, session 17).
 pub(super) const CF_SELECT_HALF_LIFE_S: f64 = CF_HALF_LIFE_S;
 /// The selection half-life is this share of the counterfactual's age, up to
 /// `CF_SELECT_HALF_LIFE_S` and at least `CF_SELECT_MIN_HALF_LIFE_S`.
