@@ -634,6 +634,12 @@ impl RateMean {
     }
 }
 
+/// `ln((a + eps) / (b + eps))`: a log ratio of two rates that stays finite at zero (`eps` is a
+/// twentieth of a replica's capacity wherever the planner takes one).
+fn ln_ratio(a: f64, b: f64, eps: f64) -> f64 {
+    ((a + eps) / (b + eps)).ln()
+}
+
 /// Member indices by forecast, largest first.
 fn members_descending(f: &[f64; MEMBERS]) -> [usize; MEMBERS] {
     let mut order: [usize; MEMBERS] = std::array::from_fn(|m| m);
@@ -843,7 +849,7 @@ impl Planner {
         if self.grid.observe(t_s - dt, rate, min_period) {
             if let Some(period) = period {
                 let (prev, eps) = (self.last_rate.max(0.0), 0.05 * mu);
-                let z = ((rate + eps) / (prev + eps)).ln() * self.ratio_grid.spread_factor(prev);
+                let z = ln_ratio(rate, prev, eps) * self.ratio_grid.spread_factor(prev);
                 self.echo.record(t_s - dt, z, period);
             }
         }
@@ -961,13 +967,13 @@ impl Planner {
                     self.ensemble.score(m, y, p.f[m], scale);
                 }
             }
-            let r = ((y + eps) / (p.point + eps)).ln();
+            let r = ln_ratio(y, p.point, eps);
             match p.regime {
                 Regime::Generic => self.ratio_generic.record(r, weight, p.point, i),
                 Regime::GridChange => {
                     let s = self.ratio_grid.spread_factor(p.point);
                     // The step itself, not the horizon's peak (which the current window censors).
-                    let step = ((x + eps) / (p.current + eps)).ln();
+                    let step = ln_ratio(x, p.current, eps);
                     self.reversion.record(p.dip, step, s, weight);
                     self.ratio_grid.record(r - p.shift, weight, p.point, i);
                 }
@@ -1310,7 +1316,7 @@ impl Planner {
     /// bounded by `DIP_LIMIT` (see [`Reversion`]).
     fn dip(&self, current: f64, eps: f64) -> f64 {
         let base = self.base.debiased(self.level_t);
-        let d = ((current + eps) / (base + eps)).ln();
+        let d = ln_ratio(current, base, eps);
         if d.is_finite() {
             d.clamp(-DIP_LIMIT, 0.0)
         } else {
