@@ -39,7 +39,8 @@
 //!   quo's two-day cost + price × late beats the best candidate's by 1.5× (until it is back
 //!   within 1.2×): on noisy low-rate request logs a 1–3-minute mean with a 5-minute hold is
 //!   the best margin there is. After an hour, whenever no candidate fits the budget (the
-//!   status quo costs what the budget is; the cheapest margin misses far more);
+//!   status quo costs what the budget is; the cheapest margin misses far more), or the budget
+//!   is spent and the margin it affords has recently missed over twice what the status quo did;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
 //!   shortfall over W) over max(SLO, W/10), and off a grid over at least two decision
 //!   intervals (a faster drain is cancelled, still warming, at the next decision);
@@ -218,11 +219,13 @@ pub enum Reason {
     /// because over the last two days it beats every candidate margin (cost + price × late)
     /// by 1.5×, e.g. on noisy low-rate request logs, where a 1–3-minute mean with a 5-minute
     /// scale-in hold is the best margin there is; or (`starved`) because no margin fits the
-    /// budget any more, which the status quo defines.
+    /// budget any more, which the status quo defines; or (`outmissed`) because the budget is
+    /// spent and the margin it affords has recently missed over twice what the status quo did.
     StatusQuo {
         replicas: u32,
         rule: Option<RateRule>,
         starved: bool,
+        outmissed: bool,
     },
     /// Clamped to the configured bounds.
     Bound {
@@ -267,7 +270,7 @@ impl fmt::Display for Reason {
                 write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {} > W", Idle(*expected_idle_s))
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
-            Reason::StatusQuo { replicas, rule, starved } => {
+            Reason::StatusQuo { replicas, rule, starved, outmissed } => {
                 write!(f, "status quo: {replicas} replicas by ")?;
                 match rule {
                     Some(r) => write!(f, "{r} (beat KEDA + HPA on cost and misses)")?,
@@ -275,6 +278,8 @@ impl fmt::Display for Reason {
                 }
                 if *starved {
                     write!(f, "; no margin fits the budget")
+                } else if *outmissed {
+                    write!(f, "; {OUTMISSED_TEXT}")
                 } else {
                     write!(f, "; it beats every margin over the last two days")
                 }
@@ -479,6 +484,12 @@ const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
 /// Seconds of evidence before a starved planner (no margin within the budget) follows the
 /// status quo instead of the cheapest margin: on less, the budget is the first bursts' spend.
 const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
+/// Once the budget is spent, the margin it affords is dropped for the status quo (after the
+/// same hour of evidence) while its recent late mass exceeds the status quo's by this factor:
+/// a budget spent on the first bursts otherwise leaves the cheapest margins, which on a noisy
+/// client after a long idle missed 10–15 % against KEDA + HPA's 2–5 % for the rest of the day.
+const OUTMISSED_FACTOR: f64 = 2.0;
+const OUTMISSED_TEXT: &str = "the margin the budget affords misses over twice as much";
 /// The rate rules run beside the KEDA + HPA shadow: the rate over 2 or 3 minutes, with a
 /// noise term of about one standard deviation and a multiplier around 1; two of them add the
 /// rate's rise over the window projected over half or all of W + I (on a busy request log,
@@ -570,6 +581,9 @@ pub struct Planner {
     rate_rule: Option<usize>,
     /// Following the status quo because no margin fits the budget.
     starved: bool,
+    /// Following the status quo because the budget is spent and the margin it affords misses
+    /// over `OUTMISSED_FACTOR` times what the status quo does.
+    outmissed: bool,
     /// Decayed replica-seconds the planner itself asked for, and what the counterfactual
     /// charged the candidates it followed for the same time (their ratio is the overhead of
     /// the hold, the drain and the bounds over the bare candidate).
@@ -744,6 +758,7 @@ impl Planner {
             rate_rules: RATE_RULES.iter().map(|&r| ReactiveShadow::new(Some(r))).collect(),
             rate_rule: None,
             starved: false,
+            outmissed: false,
             own_cost: 0.0,
             followed_cf_cost: 0.0,
             last_desired: 0,
@@ -1413,6 +1428,7 @@ impl Planner {
         if !self.cf_warm() {
             self.follow_shadow = false;
             self.starved = false;
+            self.outmissed = false;
             return Cand::from_index(CF_N - 1);
         }
         // Price feedback: while the followed candidate's recent miss share is above the
@@ -1472,8 +1488,14 @@ impl Planner {
         let j_cand = self.cf.cost[i] * overhead + price * self.cf.late[i];
         let j_sq = sq.cost + price * sq.late;
         let off_grid = self.grid.period().is_none();
-        self.starved = off_grid && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S && self.cf.cost[i] > budget;
+        // And once spent, a margin that recently missed over twice what the status quo did is
+        // no better a fallback (the budget left only the cheap ones): the status quo again.
+        let fallback = off_grid && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S;
+        let starved = fallback && self.cf.cost[i] > budget;
+        let outmissed = fallback && !starved && self.spent() && self.cf.late_s[i] > OUTMISSED_FACTOR * sq.late_s;
+        (self.starved, self.outmissed) = (starved, outmissed);
         self.follow_shadow = self.starved
+            || self.outmissed
             || (off_grid
                 && self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
                 && if self.follow_shadow { j_cand >= j_sq * 1.2 } else { j_cand > j_sq * 1.5 });
@@ -1634,7 +1656,7 @@ impl Planner {
         if self.follow_shadow {
             desired = self.status_quo().n();
             let rule = self.rate_rule.map(|k| RATE_RULES[k]);
-            reason = Reason::StatusQuo { replicas: desired, rule, starved: self.starved };
+            reason = Reason::StatusQuo { replicas: desired, rule, starved: self.starved, outmissed: self.outmissed };
         }
         desired = desired.max(busy_floor);
         // Warming guard, while the counterfactual is young: the margin in force then (a
@@ -1695,7 +1717,13 @@ impl Planner {
                     Some(k) => format!("the status quo: {} (beat KEDA + HPA on cost and misses)", RATE_RULES[k]),
                     None => "KEDA + HPA's own count (the status quo)".to_string(),
                 };
-                Some(if self.starved { format!("{sq}; no margin fits the budget") } else { sq })
+                Some(if self.starved {
+                    format!("{sq}; no margin fits the budget")
+                } else if self.outmissed {
+                    format!("{sq}; {OUTMISSED_TEXT}")
+                } else {
+                    sq
+                })
             } else {
                 followed.map(|i| Cand::from_index(i).to_string())
             },
@@ -2164,6 +2192,43 @@ mod tests {
         assert!(p.cf.late_s[c] / p.cf.mass_s > 1.0 - ATTAINMENT_TARGET, "followed candidate misses too little");
         assert!(p.own_cost < PRICE_FEEDBACK_SPEND_SHARE * p.shadow.cost, "{} vs {}", p.own_cost, p.shadow.cost);
         assert!(p.price_gain > 2.0, "price gain {}", p.price_gain);
+    }
+
+    #[test]
+    fn a_spent_budget_that_leaves_only_a_margin_missing_twice_the_status_quo_follows_it() {
+        // Two hours in, off a grid: one margin is affordable, and it has recently missed 10 %
+        // of the arrivals against KEDA + HPA's 2 %. While the budget is unspent it is followed
+        // (the miss price may still buy a better one); once spent, the status quo is.
+        let setup = |own_share: f64, margin_late: f64| {
+            let mut p = planner(60.0);
+            p.cf.started = true;
+            p.cf.seen_s = 7200.0;
+            p.cf.mass_s = 1000.0;
+            for i in 0..CF_N {
+                (p.cf.cost[i], p.cf.cost_s[i], p.cf.late[i], p.cf.late_s[i]) = (1e12, 1e12, 0.0, 0.0);
+            }
+            let a = 3;
+            (p.cf.cost[a], p.cf.cost_s[a], p.cf.late[a], p.cf.late_s[a]) = (5_000.0, 1_000.0, margin_late, margin_late);
+            (p.shadow.cost, p.shadow.cost_s, p.shadow.late, p.shadow.late_s) = (10_000.0, 2_000.0, 20.0, 20.0);
+            // No rate rule has beaten KEDA + HPA: the status quo is the HPA shadow itself.
+            for r in &mut p.rate_rules {
+                r.cost = f64::INFINITY;
+            }
+            p.own_cost = own_share * p.shadow.cost;
+            let c = p.chosen_candidate();
+            (p, c, a)
+        };
+        let (p, c, a) = setup(0.95, 100.0);
+        assert!(!p.follow_shadow, "unspent: {:?}", p.budget_stats().margin);
+        assert_eq!(c, Cand::from_index(a));
+        let (p, _, _) = setup(1.0, 100.0);
+        assert!(p.follow_shadow && p.outmissed && !p.starved);
+        let margin = p.budget_stats().margin.unwrap();
+        assert!(margin.ends_with(OUTMISSED_TEXT), "{margin}");
+        // Spent, but the margin misses no more than twice what the status quo does: kept.
+        let (p, c, a) = setup(1.0, 40.0);
+        assert!(!p.follow_shadow, "{:?}", p.budget_stats().margin);
+        assert_eq!(c, Cand::from_index(a));
     }
 
     fn planner(w: f64) -> Planner {
