@@ -489,6 +489,7 @@ const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
 /// a budget spent on the first bursts otherwise leaves the cheapest margins, which on a noisy
 /// client after a long idle missed 10–15 % against KEDA + HPA's 2–5 % for the rest of the day.
 const OUTMISSED_FACTOR: f64 = 2.0;
+/// How a decision's reason and `/debug` say so.
 const OUTMISSED_TEXT: &str = "the margin the budget affords misses over twice as much";
 /// The rate rules run beside the KEDA + HPA shadow: the rate over 2 or 3 minutes, with a
 /// noise term of about one standard deviation and a multiplier around 1; two of them add the
