@@ -38,9 +38,10 @@
 //!   noise) that beat it on both cost and misses. After a day of evidence while the status
 //!   quo's two-day cost + price × late beats the best candidate's by 1.5× (until it is back
 //!   within 1.2×): on noisy low-rate request logs a 1–3-minute mean with a 5-minute hold is
-//!   the best margin there is. After an hour, whenever no candidate fits the budget (the
-//!   status quo costs what the budget is; the cheapest margin misses far more), or the budget
-//!   is spent and the margin it affords has recently missed over twice what the status quo did;
+//!   the best margin there is. After an hour (and a replica-hour of the status quo's spend),
+//!   whenever no candidate fits the budget (the status quo costs what the budget is; the
+//!   cheapest margin misses far more), or the budget is spent and the margin it affords has
+//!   recently missed over twice what the status quo did;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
 //!   shortfall over W) over max(SLO, W/10), and off a grid over at least two decision
 //!   intervals (a faster drain is cancelled, still warming, at the next decision);
@@ -483,6 +484,8 @@ const BLEND_HEADROOM_SHARE: f64 = 1.0;
 const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
 /// Seconds of evidence before a starved planner (no margin within the budget) follows the
 /// status quo instead of the cheapest margin: on less, the budget is the first bursts' spend.
+/// The status quo's decayed spend must also come to this many replica-seconds (an idle
+/// start leaves the budget at the first burst's spend however long the evidence).
 const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
 /// Once the budget is spent, the margin it affords is dropped for the status quo (after the
 /// same hour of evidence) while its recent late mass exceeds the status quo's by this factor:
@@ -1491,7 +1494,12 @@ impl Planner {
         let off_grid = self.grid.period().is_none();
         // And once spent, a margin that recently missed over twice what the status quo did is
         // no better a fallback (the budget left only the cheap ones): the status quo again.
-        let fallback = off_grid && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S;
+        // Both need an hour of evidence, and an hour of one replica's worth of status-quo spend
+        // in it: after a long idle the budget is the first burst's spend alone, every margin
+        // looks over it, and the planner flipped between the two from one decision to the next.
+        let fallback = off_grid
+            && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S
+            && self.shadow.cost >= STARVED_STATUS_QUO_MIN_EVIDENCE_S;
         let starved = fallback && self.cf.cost[i] > budget;
         let outmissed = fallback && !starved && self.spent() && self.cf.late_s[i] > OUTMISSED_FACTOR * sq.late_s;
         (self.starved, self.outmissed) = (starved, outmissed);
@@ -2230,6 +2238,34 @@ mod tests {
         let (p, c, a) = setup(1.0, 40.0);
         assert!(!p.follow_shadow, "{:?}", p.budget_stats().margin);
         assert_eq!(c, Cand::from_index(a));
+    }
+
+    #[test]
+    fn a_budget_of_the_first_burst_after_a_long_idle_is_no_reason_to_fall_back() {
+        // Eleven idle hours, then a burst: the status quo has spent 20 replica-minutes, the
+        // planner more, and no margin fits that budget. With an hour of the status quo's spend
+        // the planner would follow it (starved); on a first burst's it keeps its margin.
+        let setup = |shadow_cost: f64| {
+            let mut p = planner(60.0);
+            p.cf.started = true;
+            p.cf.seen_s = 11.0 * 3600.0;
+            p.cf.mass_s = 1000.0;
+            for i in 0..CF_N {
+                (p.cf.cost[i], p.cf.cost_s[i], p.cf.late[i], p.cf.late_s[i]) = (1e12, 1e12, 0.0, 0.0);
+            }
+            (p.cf.cost[3], p.cf.cost_s[3]) = (2.0 * shadow_cost, 2.0 * shadow_cost);
+            (p.shadow.cost, p.shadow.cost_s, p.shadow.late, p.shadow.late_s) = (shadow_cost, shadow_cost, 20.0, 20.0);
+            for r in &mut p.rate_rules {
+                r.cost = f64::INFINITY;
+            }
+            p.own_cost = 1.5 * shadow_cost;
+            p.chosen_candidate();
+            p
+        };
+        let settled = setup(2.0 * STARVED_STATUS_QUO_MIN_EVIDENCE_S);
+        assert!(settled.follow_shadow && settled.starved);
+        let first_burst = setup(1200.0);
+        assert!(!first_burst.follow_shadow && !first_burst.starved, "{:?}", first_burst.budget_stats().margin);
     }
 
     fn planner(w: f64) -> Planner {
