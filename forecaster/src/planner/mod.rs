@@ -219,14 +219,12 @@ pub enum Reason {
     /// rule of the same shape that beat it on both cost and misses over the evidence. Either
     /// because over the last two days it beats every candidate margin (cost + price × late)
     /// by 1.5×, e.g. on noisy low-rate request logs, where a 1–3-minute mean with a 5-minute
-    /// scale-in hold is the best margin there is; or (`starved`) because no margin fits the
-    /// budget any more, which the status quo defines; or (`outmissed`) because the budget is
-    /// spent and the margin it affords has recently missed over twice what the status quo did.
+    /// scale-in hold is the best margin there is; or (`fallback`) because the budget leaves
+    /// no margin worth following (see [`Fallback`]).
     StatusQuo {
         replicas: u32,
         rule: Option<RateRule>,
-        starved: bool,
-        outmissed: bool,
+        fallback: Option<Fallback>,
     },
     /// Clamped to the configured bounds.
     Bound {
@@ -271,18 +269,15 @@ impl fmt::Display for Reason {
                 write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {} > W", Idle(*expected_idle_s))
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
-            Reason::StatusQuo { replicas, rule, starved, outmissed } => {
+            Reason::StatusQuo { replicas, rule, fallback } => {
                 write!(f, "status quo: {replicas} replicas by ")?;
                 match rule {
                     Some(r) => write!(f, "{r} (beat KEDA + HPA on cost and misses)")?,
                     None => write!(f, "KEDA + HPA's own count")?,
                 }
-                if *starved {
-                    write!(f, "; no margin fits the budget")
-                } else if *outmissed {
-                    write!(f, "; {OUTMISSED_TEXT}")
-                } else {
-                    write!(f, "; it beats every margin over the last two days")
+                match fallback {
+                    Some(why) => write!(f, "; {}", why.text()),
+                    None => write!(f, "; it beats every margin over the last two days"),
                 }
             }
             Reason::Bound { limit } => write!(f, "clamped to bound {limit}"),
@@ -484,16 +479,36 @@ const BLEND_HEADROOM_SHARE: f64 = 1.0;
 const STATUS_QUO_MIN_EVIDENCE_S: f64 = 86_400.0;
 /// Seconds of evidence before a starved planner (no margin within the budget) follows the
 /// status quo instead of the cheapest margin: on less, the budget is the first bursts' spend.
-/// The status quo's decayed spend must also come to this many replica-seconds (an idle
-/// start leaves the budget at the first burst's spend however long the evidence).
 const STARVED_STATUS_QUO_MIN_EVIDENCE_S: f64 = 3_600.0;
+/// Decayed replica-seconds the status quo must have spent before either [`Fallback`] applies
+/// (one replica-hour): an idle start leaves the budget at the first burst's spend however
+/// long the evidence.
+const FALLBACK_MIN_STATUS_QUO_SPEND: f64 = 3_600.0;
 /// Once the budget is spent, the margin it affords is dropped for the status quo (after the
 /// same hour of evidence) while its recent late mass exceeds the status quo's by this factor:
 /// a budget spent on the first bursts otherwise leaves the cheapest margins, which on a noisy
 /// client after a long idle missed 10–15 % against KEDA + HPA's 2–5 % for the rest of the day.
 const OUTMISSED_FACTOR: f64 = 2.0;
-/// How a decision's reason and `/debug` say so.
-const OUTMISSED_TEXT: &str = "the margin the budget affords misses over twice as much";
+
+/// Why a budget-bound planner follows the status quo rather than a margin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fallback {
+    /// No margin fits the budget any more, which the status quo defines.
+    Starved,
+    /// The budget is spent and the margin it affords has recently missed over
+    /// `OUTMISSED_FACTOR` times what the status quo did.
+    Outmissed,
+}
+
+impl Fallback {
+    /// How a decision's reason and `/debug` say so.
+    pub fn text(self) -> &'static str {
+        match self {
+            Fallback::Starved => "no margin fits the budget",
+            Fallback::Outmissed => "the margin the budget affords misses over twice as much",
+        }
+    }
+}
 /// The rate rules run beside the KEDA + HPA shadow: the rate over 2 or 3 minutes, with a
 /// noise term of about one standard deviation and a multiplier around 1; two of them add the
 /// rate's rise over the window projected over half or all of W + I (on a busy request log,
@@ -583,11 +598,8 @@ pub struct Planner {
     /// status quo (it beat KEDA + HPA on both axes), if any.
     rate_rules: Vec<ReactiveShadow>,
     rate_rule: Option<usize>,
-    /// Following the status quo because no margin fits the budget.
-    starved: bool,
-    /// Following the status quo because the budget is spent and the margin it affords misses
-    /// over `OUTMISSED_FACTOR` times what the status quo does.
-    outmissed: bool,
+    /// Following the status quo because the budget leaves no margin worth following.
+    fallback: Option<Fallback>,
     /// Decayed replica-seconds the planner itself asked for, and what the counterfactual
     /// charged the candidates it followed for the same time (their ratio is the overhead of
     /// the hold, the drain and the bounds over the bare candidate).
@@ -761,8 +773,7 @@ impl Planner {
             outcome: outcome::Outcome::default(),
             rate_rules: RATE_RULES.iter().map(|&r| ReactiveShadow::new(Some(r))).collect(),
             rate_rule: None,
-            starved: false,
-            outmissed: false,
+            fallback: None,
             own_cost: 0.0,
             followed_cf_cost: 0.0,
             last_desired: 0,
@@ -1431,8 +1442,7 @@ impl Planner {
     fn chosen_candidate(&mut self) -> Cand {
         if !self.cf_warm() {
             self.follow_shadow = false;
-            self.starved = false;
-            self.outmissed = false;
+            self.fallback = None;
             return Cand::from_index(CF_N - 1);
         }
         // Price feedback: while the followed candidate's recent miss share is above the
@@ -1465,7 +1475,8 @@ impl Planner {
             if self.followed_cf_cost > 0.0 { (self.own_cost / self.followed_cf_cost).clamp(0.8, 2.0) } else { 1.0 };
         let budget = self.budget_gain * self.shadow.cost / overhead;
         // Spent: from here on a candidate must not outspend the status quo (see `best`).
-        let brake = self.spent().then(|| self.shadow.cost_s / overhead);
+        let spent = self.spent();
+        let brake = spent.then(|| self.shadow.cost_s / overhead);
         // Where the status quo misses almost nothing, losing to it on attainment is the one way
         // left to lose: follow only margins that, over the budget's two days, were late no more
         // than it was (when one is affordable).
@@ -1497,14 +1508,20 @@ impl Planner {
         // Both need an hour of evidence, and an hour of one replica's worth of status-quo spend
         // in it: after a long idle the budget is the first burst's spend alone, every margin
         // looks over it, and the planner flipped between the two from one decision to the next.
-        let fallback = off_grid
+        let may_fall_back = off_grid
             && self.cf.seen_s >= STARVED_STATUS_QUO_MIN_EVIDENCE_S
-            && self.shadow.cost >= STARVED_STATUS_QUO_MIN_EVIDENCE_S;
-        let starved = fallback && self.cf.cost[i] > budget;
-        let outmissed = fallback && !starved && self.spent() && self.cf.late_s[i] > OUTMISSED_FACTOR * sq.late_s;
-        (self.starved, self.outmissed) = (starved, outmissed);
-        self.follow_shadow = self.starved
-            || self.outmissed
+            && self.shadow.cost >= FALLBACK_MIN_STATUS_QUO_SPEND;
+        let fallback = if !may_fall_back {
+            None
+        } else if self.cf.cost[i] > budget {
+            Some(Fallback::Starved)
+        } else if spent && self.cf.late_s[i] > OUTMISSED_FACTOR * sq.late_s {
+            Some(Fallback::Outmissed)
+        } else {
+            None
+        };
+        self.fallback = fallback;
+        self.follow_shadow = fallback.is_some()
             || (off_grid
                 && self.cf.seen_s >= STATUS_QUO_MIN_EVIDENCE_S
                 && if self.follow_shadow { j_cand >= j_sq * 1.2 } else { j_cand > j_sq * 1.5 });
@@ -1665,7 +1682,7 @@ impl Planner {
         if self.follow_shadow {
             desired = self.status_quo().n();
             let rule = self.rate_rule.map(|k| RATE_RULES[k]);
-            reason = Reason::StatusQuo { replicas: desired, rule, starved: self.starved, outmissed: self.outmissed };
+            reason = Reason::StatusQuo { replicas: desired, rule, fallback: self.fallback };
         }
         desired = desired.max(busy_floor);
         // Warming guard, while the counterfactual is young: the margin in force then (a
@@ -1726,12 +1743,9 @@ impl Planner {
                     Some(k) => format!("the status quo: {} (beat KEDA + HPA on cost and misses)", RATE_RULES[k]),
                     None => "KEDA + HPA's own count (the status quo)".to_string(),
                 };
-                Some(if self.starved {
-                    format!("{sq}; no margin fits the budget")
-                } else if self.outmissed {
-                    format!("{sq}; {OUTMISSED_TEXT}")
-                } else {
-                    sq
+                Some(match self.fallback {
+                    Some(why) => format!("{sq}; {}", why.text()),
+                    None => sq,
                 })
             } else {
                 followed.map(|i| Cand::from_index(i).to_string())
@@ -2203,41 +2217,60 @@ mod tests {
         assert!(p.price_gain > 2.0, "price gain {}", p.price_gain);
     }
 
+    /// A planner `seen_s` into its evidence, off a grid, whose only affordable margin (index
+    /// 3) has `margin` = (two-day cost, recent cost, late mass, both scales) and whose KEDA +
+    /// HPA shadow has `shadow` likewise; no rate rule has beaten the HPA, so the status quo is
+    /// the shadow itself. The planner has spent `own_cost`.
+    fn planner_with_one_margin(
+        seen_s: f64,
+        margin: (f64, f64, f64),
+        shadow: (f64, f64, f64),
+        own_cost: f64,
+    ) -> Planner {
+        let mut p = planner(60.0);
+        p.cf.started = true;
+        p.cf.seen_s = seen_s;
+        p.cf.mass_s = 1000.0;
+        for i in 0..CF_N {
+            (p.cf.cost[i], p.cf.cost_s[i], p.cf.late[i], p.cf.late_s[i]) = (1e12, 1e12, 0.0, 0.0);
+        }
+        let (cost, cost_s, late) = margin;
+        (p.cf.cost[3], p.cf.cost_s[3], p.cf.late[3], p.cf.late_s[3]) = (cost, cost_s, late, late);
+        let (cost, cost_s, late) = shadow;
+        (p.shadow.cost, p.shadow.cost_s, p.shadow.late, p.shadow.late_s) = (cost, cost_s, late, late);
+        for r in &mut p.rate_rules {
+            r.cost = f64::INFINITY;
+        }
+        p.own_cost = own_cost;
+        p
+    }
+
     #[test]
     fn a_spent_budget_that_leaves_only_a_margin_missing_twice_the_status_quo_follows_it() {
         // Two hours in, off a grid: one margin is affordable, and it has recently missed 10 %
         // of the arrivals against KEDA + HPA's 2 %. While the budget is unspent it is followed
         // (the miss price may still buy a better one); once spent, the status quo is.
         let setup = |own_share: f64, margin_late: f64| {
-            let mut p = planner(60.0);
-            p.cf.started = true;
-            p.cf.seen_s = 7200.0;
-            p.cf.mass_s = 1000.0;
-            for i in 0..CF_N {
-                (p.cf.cost[i], p.cf.cost_s[i], p.cf.late[i], p.cf.late_s[i]) = (1e12, 1e12, 0.0, 0.0);
-            }
-            let a = 3;
-            (p.cf.cost[a], p.cf.cost_s[a], p.cf.late[a], p.cf.late_s[a]) = (5_000.0, 1_000.0, margin_late, margin_late);
-            (p.shadow.cost, p.shadow.cost_s, p.shadow.late, p.shadow.late_s) = (10_000.0, 2_000.0, 20.0, 20.0);
-            // No rate rule has beaten KEDA + HPA: the status quo is the HPA shadow itself.
-            for r in &mut p.rate_rules {
-                r.cost = f64::INFINITY;
-            }
-            p.own_cost = own_share * p.shadow.cost;
+            let mut p = planner_with_one_margin(
+                7200.0,
+                (5_000.0, 1_000.0, margin_late),
+                (10_000.0, 2_000.0, 20.0),
+                own_share * 10_000.0,
+            );
             let c = p.chosen_candidate();
-            (p, c, a)
+            (p, c, Cand::from_index(3))
         };
         let (p, c, a) = setup(0.95, 100.0);
         assert!(!p.follow_shadow, "unspent: {:?}", p.budget_stats().margin);
-        assert_eq!(c, Cand::from_index(a));
+        assert_eq!(c, a);
         let (p, _, _) = setup(1.0, 100.0);
-        assert!(p.follow_shadow && p.outmissed && !p.starved);
+        assert!(p.follow_shadow && p.fallback == Some(Fallback::Outmissed));
         let margin = p.budget_stats().margin.unwrap();
-        assert!(margin.ends_with(OUTMISSED_TEXT), "{margin}");
+        assert!(margin.ends_with(Fallback::Outmissed.text()), "{margin}");
         // Spent, but the margin misses no more than twice what the status quo does: kept.
         let (p, c, a) = setup(1.0, 40.0);
         assert!(!p.follow_shadow, "{:?}", p.budget_stats().margin);
-        assert_eq!(c, Cand::from_index(a));
+        assert_eq!(c, a);
     }
 
     #[test]
@@ -2246,26 +2279,23 @@ mod tests {
         // planner more, and no margin fits that budget. With an hour of the status quo's spend
         // the planner would follow it (starved); on a first burst's it keeps its margin.
         let setup = |shadow_cost: f64| {
-            let mut p = planner(60.0);
-            p.cf.started = true;
-            p.cf.seen_s = 11.0 * 3600.0;
-            p.cf.mass_s = 1000.0;
-            for i in 0..CF_N {
-                (p.cf.cost[i], p.cf.cost_s[i], p.cf.late[i], p.cf.late_s[i]) = (1e12, 1e12, 0.0, 0.0);
-            }
-            (p.cf.cost[3], p.cf.cost_s[3]) = (2.0 * shadow_cost, 2.0 * shadow_cost);
-            (p.shadow.cost, p.shadow.cost_s, p.shadow.late, p.shadow.late_s) = (shadow_cost, shadow_cost, 20.0, 20.0);
-            for r in &mut p.rate_rules {
-                r.cost = f64::INFINITY;
-            }
-            p.own_cost = 1.5 * shadow_cost;
+            let mut p = planner_with_one_margin(
+                11.0 * 3600.0,
+                (2.0 * shadow_cost, 2.0 * shadow_cost, 0.0),
+                (shadow_cost, shadow_cost, 20.0),
+                1.5 * shadow_cost,
+            );
             p.chosen_candidate();
             p
         };
-        let settled = setup(2.0 * STARVED_STATUS_QUO_MIN_EVIDENCE_S);
-        assert!(settled.follow_shadow && settled.starved);
+        let settled = setup(2.0 * FALLBACK_MIN_STATUS_QUO_SPEND);
+        assert!(settled.follow_shadow && settled.fallback == Some(Fallback::Starved));
         let first_burst = setup(1200.0);
-        assert!(!first_burst.follow_shadow && !first_burst.starved, "{:?}", first_burst.budget_stats().margin);
+        assert!(
+            !first_burst.follow_shadow && first_burst.fallback.is_none(),
+            "{:?}",
+            first_burst.budget_stats().margin
+        );
     }
 
     fn planner(w: f64) -> Planner {
