@@ -248,5 +248,6 @@ proptest! {
         prop_assert!((1.0..=1.5).contains(&s.error_spread_scale), "error_spread_scale {}", s.error_spread_scale);
         prop_assert!((-1.0..=0.0).contains(&s.dip_reversion_slope), "dip_reversion_slope {}", s.dip_reversion_slope);
         prop_assert!((0.0..=1.0).contains(&s.hourly_echo_slope), "hourly_echo_slope {}", s.hourly_echo_slope);
+        prop_assert!((0.0..=1.0).contains(&s.step_momentum_slope), "step_momentum_slope {}", s.step_momentum_slope);
     }
 }

@@ -191,8 +191,17 @@ impl Reversion {
 /// `γ·echo`, with `γ` the slope clamped to [0, 1] and used only once it is significantly
 /// positive (t ≥ `ECHO_MIN_T`): demand with no hourly rhythm keeps `γ` at 0, and nothing
 /// changes. The ratio tracker records outcomes net of the shift, as for the dip.
-#[derive(Debug, Clone, Default)]
+///
+/// [`Echo::momentum`] is the same regression on the step at the change just before: a ramp
+/// sampled on a grid finer than its rise (5-minute windows of a daily cycle) keeps stepping
+/// the same way, while noisy windows revert (on the dev traces' 10-minute aggregate the
+/// lag-one correlation of the steps is −0.15) and keep its slope at 0.
+#[derive(Debug, Clone)]
 pub(super) struct Echo {
+    /// Seconds between the past steps the echo reads (0: the grid's period, i.e. the changes
+    /// just before), and how many of them it averages.
+    pub(super) lag_s: f64,
+    pub(super) lags: usize,
     /// (change time, standardised step) of the last `ECHO_HOURS` hours, oldest first.
     pub(super) steps: VecDeque<(f64, f64)>,
     /// Forgotten sums of 1, x, y, x², xy, y² (x the echo, y the step).
@@ -215,13 +224,50 @@ pub(super) const ECHO_CAP: usize = 256;
 pub(super) const ECHO_MIN_WEIGHT: f64 = 50.0;
 pub(super) const ECHO_MIN_T: f64 = 3.0;
 
+impl Default for Echo {
+    /// The hourly echo.
+    fn default() -> Self {
+        Echo::with_lag(ECHO_PERIOD_S, ECHO_HOURS)
+    }
+}
+
 impl Echo {
+    fn with_lag(lag_s: f64, lags: usize) -> Self {
+        Echo {
+            lag_s,
+            lags,
+            steps: VecDeque::new(),
+            s0: 0.0,
+            sx: 0.0,
+            sy: 0.0,
+            sxx: 0.0,
+            sxy: 0.0,
+            syy: 0.0,
+            weight: 0.0,
+        }
+    }
+
+    /// The same regression on the step just before (momentum: a ramp sampled on a grid finer
+    /// than its rise keeps stepping the same way; noisy windows revert, and the slope stays 0).
+    pub(super) fn momentum() -> Self {
+        Echo::with_lag(0.0, 1)
+    }
+
+    fn lag(&self, period: f64) -> f64 {
+        if self.lag_s > 0.0 {
+            self.lag_s
+        } else {
+            period
+        }
+    }
+
     /// The echo at a change at `b` on a grid of `period` seconds (None without any past step).
     pub(super) fn feature(&self, b: f64, period: f64) -> Option<f64> {
-        let tol = 0.5 * period.min(ECHO_PERIOD_S);
+        let lag = self.lag(period);
+        let tol = 0.5 * period.min(lag);
         let (mut sum, mut n) = (0.0, 0u32);
-        for j in 1..=ECHO_HOURS {
-            let at = b - j as f64 * ECHO_PERIOD_S;
+        for j in 1..=self.lags {
+            let at = b - j as f64 * lag;
             if let Some(&(_, z)) = self.steps.iter().find(|(tb, _)| (tb - at).abs() < tol) {
                 sum += z;
                 n += 1;
@@ -245,9 +291,8 @@ impl Echo {
             self.syy = g * self.syy + z * z;
             self.weight += 1.0;
         }
-        while self.steps.front().is_some_and(|&(tb, _)| tb < b - (ECHO_HOURS as f64 + 0.5) * ECHO_PERIOD_S)
-            || self.steps.len() >= ECHO_CAP
-        {
+        let keep_s = (self.lags as f64 + 0.5) * self.lag(period);
+        while self.steps.front().is_some_and(|&(tb, _)| tb < b - keep_s) || self.steps.len() >= ECHO_CAP {
             self.steps.pop_front();
         }
         self.steps.push_back((b, z));

@@ -14,7 +14,9 @@
 //! - calibrates the forecast's upper quantiles from resolved forecasts weighted by their
 //!   share of an independent horizon (consecutive horizons overlap), standardised by the
 //!   level's sqrt (a small fleet's relative margin is wider than a large one's) and scaled by
-//!   the errors' recent spread (a restless hour widens the margin up to 1.5×);
+//!   the errors' recent spread (a restless hour widens the margin up to 1.5×); at a change
+//!   point, widened after a dip that has come back before, at the minute of the hour where
+//!   rises recurred, and after a rise where rises have gone on rising (`calibration.rs`);
 //! - keeps an idle-gap histogram plus daily and weekly activity profiles to decide
 //!   scale-to-zero and wake-up (hybrid-histogram keep-alive with the ski-rental break-even W);
 //! - learns its safety margin from the misses it would have had (Autopilot): a
@@ -178,6 +180,8 @@ pub struct Planner {
     reversion: Reversion,
     /// The hourly echo of change-point steps (see [`Echo`]).
     echo: Echo,
+    /// The same on the change just before (see [`Echo::momentum`]).
+    momentum: Echo,
     /// Demand of the first interval after an idle gap, ln(replicas).
     wake_level: QuantileTracker,
     was_idle: bool,
@@ -360,6 +364,7 @@ impl Planner {
             ratio_grid: RatioTracker::new(cfg.capacity, cfg.max_replicas),
             reversion: Reversion::default(),
             echo: Echo::default(),
+            momentum: Echo::momentum(),
             wake_level: QuantileTracker::new(-5.0, 10.0, 150, 256.0),
             was_idle: true,
             cached: None,
@@ -475,13 +480,14 @@ impl Planner {
         self.rate_1m.observe(dt, rate);
         self.level_t += dt;
         let min_period = (4.0 * self.cfg.interval_s).max(60.0);
-        // A change on the grid known before this sample feeds the hourly echo.
+        // A change on the grid known before this sample feeds the hourly echo and the momentum.
         let period = self.grid.period();
         if self.grid.observe(t_s - dt, rate, min_period) {
             if let Some(period) = period {
                 let (prev, eps) = (self.last_rate.max(0.0), 0.05 * mu);
                 let z = ln_ratio(rate, prev, eps) * self.ratio_grid.spread_factor(prev);
                 self.echo.record(t_s - dt, z, period);
+                self.momentum.record(t_s - dt, z, period);
             }
         }
         self.last_rate = rate;
@@ -824,7 +830,10 @@ impl Planner {
         let (dip, shift) = if regime == Regime::GridChange {
             let d = self.dip(current, eps);
             let echo = match (next_change, self.grid.period()) {
-                (Some(b), Some(period)) => self.echo.shift(b, period, self.ratio_grid.spread_factor(point)),
+                (Some(b), Some(period)) => {
+                    let sf = self.ratio_grid.spread_factor(point);
+                    self.echo.shift(b, period, sf) + self.momentum.shift(b, period, sf)
+                }
                 _ => 0.0,
             };
             (d, self.reversion.beta() * d + echo)
@@ -1220,6 +1229,7 @@ impl Planner {
             error_spread_scale: tr.vol_scale(),
             dip_reversion_slope: self.reversion.beta(),
             hourly_echo_slope: self.echo.gamma(),
+            step_momentum_slope: self.momentum.gamma(),
             grid_period_s: self.grid.period(),
             idle: IdleStats {
                 idle_for_s: tau,
@@ -1250,7 +1260,7 @@ impl Planner {
             + self.ensemble.loss.capacity() * 16
             + self.pending.capacity() * std::mem::size_of::<Pending>()
             + self.young_rate_need.capacity() * 16
-            + self.echo.steps.capacity() * 16
+            + (self.echo.steps.capacity() + self.momentum.steps.capacity()) * 16
             + self.ratio_generic.q.approx_heap_bytes()
             + self.ratio_grid.q.approx_heap_bytes()
             + self.wake_level.approx_heap_bytes()

@@ -674,6 +674,96 @@ fn echo_learns_a_step_that_recurs_every_hour_and_only_that() {
 }
 
 #[test]
+fn momentum_learns_a_ramp_that_keeps_stepping_and_never_a_step_that_reverts() {
+    let mut st = 5u64;
+    // Two days of 300-s changes. A ramp sampled finer than its rise: each step is mostly
+    // the one before (AR(1), 0.8). Noisy windows around a level: each step undoes the last.
+    let fit = |ramp: bool, st: &mut u64| {
+        let mut e = Echo::momentum();
+        let (mut z, mut level) = (0.0, 0.0);
+        for k in 0..576 {
+            let b = k as f64 * 300.0;
+            let step = if ramp {
+                z = 0.8 * z + 0.3 * normal(st);
+                z
+            } else {
+                let next = 0.5 * normal(st);
+                let d = next - level;
+                level = next;
+                d
+            };
+            e.record(b, step, 300.0);
+        }
+        e
+    };
+    let e = fit(true, &mut st);
+    let g = e.gamma();
+    assert!(g > 0.6 && g <= 1.0, "γ {g}");
+    // It reads the change just before (one period back), rises only.
+    let b = 576.0 * 300.0;
+    let last = e.steps.back().unwrap().1;
+    assert_eq!(e.feature(b, 300.0), Some(last.max(0.0)));
+    assert!((e.shift(b, 300.0, 2.0) - g * last.max(0.0) / 2.0).abs() < 1e-12);
+    assert_eq!(e.feature(b + 3600.0, 300.0), None);
+    // It keeps only the steps it reads.
+    assert!(e.steps.len() <= 2, "{} steps kept", e.steps.len());
+    // Reverting windows: no slope, whatever the last step was.
+    let r = fit(false, &mut st);
+    assert_eq!(r.gamma(), 0.0);
+    assert_eq!(r.shift(b, 300.0, 2.0), 0.0);
+}
+
+/// Feeds `rate` in 15-s samples from `t` up to the decision W before the change at `b`, plans
+/// there with `ready` replicas, and returns the change point's quantile shift and upper demand.
+fn grid_change_shift(
+    p: &mut Planner,
+    rate: &dyn Fn(f64) -> f64,
+    w: f64,
+    b: f64,
+    t: &mut f64,
+    ready: u32,
+) -> (f64, f64) {
+    while *t < b - w {
+        p.observe(*t + 15.0, 15.0, rate(*t) * 15.0, 0.0);
+        *t += 15.0;
+    }
+    p.plan(b - w, ready, 0);
+    assert_eq!(p.cached_regime, Regime::GridChange);
+    (p.cached_shift, p.cached.clone().unwrap().upper)
+}
+
+#[test]
+fn on_a_ramp_sampled_finer_than_its_rise_a_rising_change_gets_a_wider_margin() {
+    // 300-s windows (a coarse grid at W = 180 s) of a smooth 2-hour wave, 60 ± 30 req/s, with
+    // 1 % noise, for two days: each window steps the way the one before did. The momentum
+    // learns it and widens the margin of a change in the rise over one in the fall.
+    let w = 180.0;
+    let mut p = planner(w);
+    let mut st = 29u64;
+    let rates: Vec<f64> = (0..2 * 288 + 24)
+        .map(|k| (60.0 + 30.0 * (k as f64 * std::f64::consts::TAU / 24.0).sin()) * (1.0 + 0.01 * normal(&mut st)))
+        .collect();
+    let rate = |t: f64| rates[(t / 300.0).floor() as usize];
+    let mut t = 0.0;
+    // k = 576 is the wave's start: rising from 60 (k = 577), then falling (k = 588, 589).
+    let (rising, _) = grid_change_shift(&mut p, &rate, w, 577.0 * 300.0, &mut t, 4);
+    let up = p.momentum.feature(577.0 * 300.0, 300.0);
+    let (falling, _) = grid_change_shift(&mut p, &rate, w, 589.0 * 300.0, &mut t, 4);
+    let down = p.momentum.feature(589.0 * 300.0, 300.0);
+    let g = p.momentum.gamma();
+    assert!(g > 0.5, "γ {g}");
+    // In the rise the step before rose: the momentum shifts the margin; in the fall it does
+    // not (what shift the fall has is the dip's: the rate is below its hour's level).
+    assert!(up.is_some_and(|x| x > 0.1), "step before the rising change {up:?}");
+    assert_eq!(down, Some(0.0));
+    assert!(rising > 0.5 * g * up.unwrap() / p.ratio_grid.spread_factor(60.0), "shift in the rise {rising}");
+    assert!(rising > falling, "shift in the rise {rising}, in the fall {falling}");
+    assert_eq!(p.snapshot().step_momentum_slope, g);
+    // The dev traces' 10-minute windows (and noisy windows generally) revert: see
+    // `momentum_learns_a_ramp_that_keeps_stepping_and_never_a_step_that_reverts`.
+}
+
+#[test]
 fn an_hourly_jump_widens_the_margin_of_its_change_and_not_the_others() {
     // 600-s windows at 40 req/s (±3 %), jumping to 64 at half past every hour (a cron
     // job). After two days the planner shifts the margin of the change at half past by the
@@ -685,18 +775,9 @@ fn an_hourly_jump_widens_the_margin_of_its_change_and_not_the_others() {
         (0..2 * 144 + 12).map(|k| if k % 6 == 3 { 64.0 } else { 40.0 } * (1.0 + 0.03 * normal(&mut st))).collect();
     let rate = |t: f64| rates[(t / 600.0).floor() as usize];
     let mut t = 0.0;
-    let shift_at = |p: &mut Planner, b: f64, t: &mut f64| {
-        while *t < b - w {
-            p.observe(*t + 15.0, 15.0, rate(*t) * 15.0, 0.0);
-            *t += 15.0;
-        }
-        p.plan(b - w, 20, 0);
-        assert_eq!(p.cached_regime, Regime::GridChange);
-        (p.cached_shift, p.cached.clone().unwrap().upper)
-    };
     // The change at k = 290 (k % 6 = 2) and then the jump at k = 291.
-    let (calm, _) = shift_at(&mut p, 290.0 * 600.0, &mut t);
-    let (jump, upper) = shift_at(&mut p, 291.0 * 600.0, &mut t);
+    let (calm, _) = grid_change_shift(&mut p, &rate, w, 290.0 * 600.0, &mut t, 20);
+    let (jump, upper) = grid_change_shift(&mut p, &rate, w, 291.0 * 600.0, &mut t, 20);
     assert!(p.echo.gamma() > 0.5, "γ {}", p.echo.gamma());
     // (Both carry the dip's shift: the windows before them sit below the hour's mean.)
     assert!(jump > calm + 0.2, "shift before the hourly jump {jump}, before a calm change {calm}");

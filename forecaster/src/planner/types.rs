@@ -313,6 +313,9 @@ pub struct Snapshot {
     /// Slope of the step at a change point on the rise at the same minute of the last hours
     /// (0 to 1, 0 until significant; times that rise it widens the margin; see `Echo`).
     pub hourly_echo_slope: f64,
+    /// Slope of the step at a change point on the rise at the change just before (0 to 1, 0
+    /// until significant: a ramp sampled on a grid finer than its rise; see `Echo::momentum`).
+    pub step_momentum_slope: f64,
     pub grid_period_s: Option<f64>,
     pub idle: IdleStats,
     pub budget: BudgetStats,
