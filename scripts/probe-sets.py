@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Held-out probe sets for the planner scorecard, as `PRESCALE_TRACE_SET` strings.
+
+A planner change is judged on traces it was not developed on, not on the dev figures alone
+(ARCHITECTURE.md, "Where this differs"). This prints the scorecard's trace-set spec for one
+probe set; the derived sets are written under OUT_DIR (default `target/probes`):
+
+    coarse    the dev rate series averaged to 30- and 60-minute windows (24 scenarios)
+    fine      the dev rate series at 1- and 5-minute windows, each window's value linearly
+              interpolated between window centres (a smooth ramp; 24 scenarios)
+    alt       the dev traces at capacities and SLOs other than their README's (21 scenarios)
+    servegen  four more ServeGen m-large clients (forecaster/benches/heldout/, 18 scenarios)
+    conv      Azure's 2023 conversation log at six capacity/SLO settings (18 scenarios)
+
+    PRESCALE_TRACE_SET=$(scripts/probe-sets.py fine) \\
+        cargo bench -p prescale-forecaster --bench scorecard
+
+Capacities follow the dev traces' README: 25 req/s for the 14-day aggregate, 0.5 for the
+single clients, 0.25 for the scale-to-zero one; SLO 5 s.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEV = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces"))
+HELDOUT = os.path.join(ROOT, "forecaster", "benches", "heldout")
+
+# (dev rate series, capacity) for the derived sets.
+SERIES = [
+    ("servegen-m-large-14d", 25),
+    ("servegen-m-large-chunk-144", 0.5),
+    ("servegen-m-large-chunk-32", 0.5),
+    ("servegen-m-large-chunk-93", 0.25),
+]
+
+
+def read_rates(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    return [(float(t), float(r)) for t, r in rows]
+
+
+def write_rates(path, rows):
+    with open(path, "w") as f:
+        f.write("window_start_s,rate_rps\n")
+        for t, r in rows:
+            f.write(f"{int(t)},{r:.6f}\n")
+
+
+def coarse(out):
+    spec = []
+    for name, cap in SERIES:
+        rows = read_rates(os.path.join(DEV, name + ".csv"))
+        for k in (3, 6):
+            avg = [(rows[i][0], sum(r for _, r in rows[i : i + k]) / k) for i in range(0, len(rows) - k + 1, k)]
+            path = os.path.join(out, f"{name}-c{k}.csv")
+            write_rates(path, avg)
+            spec.append(f"{path}:{cap}:5")
+    return spec
+
+
+def fine(out):
+    spec = []
+    for name, cap in SERIES:
+        rows = read_rates(os.path.join(DEV, name + ".csv"))
+        width = rows[1][0] - rows[0][0]
+        for step in (60, 300):
+            sub = []
+            for i, (t0, r0) in enumerate(rows):
+                before = rows[i - 1][1] if i > 0 else r0
+                after = rows[i + 1][1] if i + 1 < len(rows) else r0
+                for j in range(0, int(width), step):
+                    # The rate at the sub-window's centre, on the line between window centres.
+                    x = (j + step / 2) / width
+                    v = before + (r0 - before) * (x + 0.5) if x < 0.5 else r0 + (after - r0) * (x - 0.5)
+                    sub.append((t0 + j, max(v, 0.0)))
+            path = os.path.join(out, f"{name}-f{step}.csv")
+            write_rates(path, sub)
+            spec.append(f"{path}:{cap}:5")
+    return spec
+
+
+def alt(_out):
+    d = DEV
+    return [
+        f"{d}/servegen-m-large-14d.csv:50:5",
+        f"{d}/servegen-m-large-14d.csv:10:5",
+        f"{d}/servegen-m-large-chunk-144.csv:1:5",
+        f"{d}/servegen-m-large-chunk-32.csv:1:10",
+        f"{d}/servegen-m-large-chunk-93.csv:0.5:5",
+        f"{d}/azure-llm-2023-code.csv:0.25:10",
+        f"{d}/azure-llm-2023-code.csv:1:5",
+    ]
+
+
+def servegen(_out):
+    h = HELDOUT
+    return [
+        f"{h}/servegen-m-large-chunk-0.csv:0.5:5",
+        f"{h}/servegen-m-large-chunk-1.csv:0.25:5",
+        f"{h}/servegen-m-large-chunk-15.csv:0.5:5",
+        f"{h}/servegen-m-large-chunk-161.csv:0.25:5",
+        f"{h}/servegen-m-large-chunk-15.csv:1:5",
+        f"{h}/servegen-m-large-chunk-0.csv:1:10",
+    ]
+
+
+def conv(_out):
+    c = f"{HELDOUT}/azure-llm-2023-conv.csv"
+    return [f"{c}:{cap}:{slo}" for cap, slo in ((0.25, 5), (0.5, 5), (1, 5), (2, 5), (1, 10), (1, 2))]
+
+
+SETS = {"coarse": coarse, "fine": fine, "alt": alt, "servegen": servegen, "conv": conv}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("set", choices=sorted(SETS))
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "probes"), help="where derived traces go")
+    a = ap.parse_args()
+    if not os.path.isdir(DEV):
+        sys.exit(f"probe-sets: the dev traces are not at {DEV}")
+    os.makedirs(a.out, exist_ok=True)
+    print(",".join(SETS[a.set](a.out)))
+
+
+if __name__ == "__main__":
+    main()
