@@ -202,7 +202,7 @@ pub(super) struct Echo {
     /// just before), and how many of them it averages.
     pub(super) lag_s: f64,
     pub(super) lags: usize,
-    /// (change time, standardised step) of the last `ECHO_HOURS` hours, oldest first.
+    /// (change time, standardised step) of the last `lags` lags, oldest first.
     pub(super) steps: VecDeque<(f64, f64)>,
     /// Forgotten sums of 1, x, y, x², xy, y² (x the echo, y the step).
     pub(super) s0: f64,
