@@ -804,12 +804,7 @@ fn a_dip_that_refills_widens_the_margin_of_its_change() {
     let b = (3.0 * 144.0 + 1.0) * 600.0;
     // (Dips every 7th window: not at the same time of day, so no seasonal member knows.)
     assert_eq!(rate(b - 1.0), 20.0, "the window before the change is a dip");
-    while t < b - w {
-        p.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
-        t += 15.0;
-    }
-    p.plan(b - w, 20, 0);
-    assert_eq!(p.cached_regime, Regime::GridChange);
+    grid_change_shift(&mut p, &rate, w, b, &mut t, 20);
     let beta = p.reversion.beta();
     assert!(beta < -0.5, "β {beta}");
     assert!(p.cached_shift > 0.3, "shift {}", p.cached_shift);
