@@ -6,6 +6,18 @@ use super::*;
 
 /// Exponent of the budget feedback per decision.
 pub(super) const BUDGET_GAIN_RATE: f64 = 0.05;
+/// Lowest share of the status quo's spend the budget feedback cuts the budget to, off a grid:
+/// on bursty request logs the drain and the hold add much to what the followed margin costs,
+/// and only a deep cut keeps the total under the status quo's (Azure's code log at other
+/// capacities overspent KEDA + HPA by 2–6 % with a 0.8 floor).
+pub(super) const BUDGET_GAIN_FLOOR: f64 = 0.2;
+/// ... and on a grid, where the planner's spend follows its margin closely. There the
+/// feedback integrates a two-day spend ratio that answers a cut only slowly, so after an
+/// overspend it wound the budget down to half the status quo's and starved the margin for a
+/// day (a held-out ServeGen client at W = 420 s: 0.47 at hour 216, misses on every step up
+/// until it recovered); a cut of at most a tenth still brings the spend back under the
+/// status quo's (see ARCHITECTURE.md, session 20).
+pub(super) const BUDGET_GAIN_FLOOR_GRID: f64 = 0.9;
 /// The budget feedback aims the planner's own spend at this share of the reactive shadow's:
 /// a planner held exactly at the status quo's spend ends a short trace a hair over or under
 /// it by chance; 1 % below, the last hour's noise does not tip the total over.
@@ -138,7 +150,8 @@ impl Planner {
         // than the status quo would have.
         if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
             let ratio = BUDGET_SETPOINT * self.shadow.cost / self.own_cost;
-            self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(0.2, 1.0);
+            let floor = if self.grid.period().is_some() { BUDGET_GAIN_FLOOR_GRID } else { BUDGET_GAIN_FLOOR };
+            self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(floor, 1.0);
         }
         // (Below 1 when the planner spends less than the candidates it follows, e.g. after
         // the idle rules released a replica early: the unspent share goes back to the budget.)

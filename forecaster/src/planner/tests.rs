@@ -470,6 +470,42 @@ fn a_budget_of_the_first_burst_after_a_long_idle_is_no_reason_to_fall_back() {
     assert!(!first_burst.follow_shadow && first_burst.fallback.is_none(), "{:?}", first_burst.budget_stats().margin);
 }
 
+#[test]
+fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_by_a_tenth_at_most_on_one() {
+    // The planner has spent twice what the status quo has, for hours of decisions: the budget
+    // feedback cuts the budget. Off a grid it goes down to its floor of a fifth; on a grid
+    // (10-minute windows, detected from what was observed) to nine tenths and no further.
+    let overspend = |p: &mut Planner| {
+        (p.shadow.cost, p.shadow.cost_s) = (50_000.0, 10_000.0);
+        for _ in 0..2000 {
+            p.own_cost = 2.0 * p.shadow.cost;
+            p.chosen_candidate();
+        }
+        p.budget_gain
+    };
+    let mut off = planner_with_one_margin(7200.0, (5_000.0, 1_000.0, 0.0), (0.0, 0.0, 0.0), 0.0);
+    assert_eq!(off.grid.period(), None);
+    assert!((overspend(&mut off) - BUDGET_GAIN_FLOOR).abs() < 1e-12);
+
+    let mut on = planner(60.0);
+    let rate = |t: f64| [1.0, 2.0, 1.5, 3.0][((t / 600.0).floor() as usize) % 4];
+    let mut t = 0.0;
+    while t < 4.0 * 3600.0 {
+        on.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
+        t += 15.0;
+    }
+    on.plan(t, 3, 0);
+    assert_eq!(on.grid.period(), Some(600.0));
+    assert!(on.cf_warm());
+    assert!((overspend(&mut on) - BUDGET_GAIN_FLOOR_GRID).abs() < 1e-12);
+    // The cut is undone once the planner spends less than the status quo again.
+    on.own_cost = 0.5 * on.shadow.cost;
+    for _ in 0..2000 {
+        on.chosen_candidate();
+    }
+    assert_eq!(on.budget_gain, 1.0);
+}
+
 fn planner(w: f64) -> Planner {
     let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
     cfg.max_replicas = 100;
