@@ -148,9 +148,10 @@ impl Planner {
         // phase), so it is divided by the measured overhead own/followed, and an integral
         // feedback on own vs shadow spend trims it further when the planner still spends more
         // than the status quo would have.
+        let off_grid = self.grid.period().is_none();
         if self.own_cost > 0.0 && self.shadow.cost > 0.0 {
             let ratio = BUDGET_SETPOINT * self.shadow.cost / self.own_cost;
-            let floor = if self.grid.period().is_some() { BUDGET_GAIN_FLOOR_GRID } else { BUDGET_GAIN_FLOOR };
+            let floor = if off_grid { BUDGET_GAIN_FLOOR } else { BUDGET_GAIN_FLOOR_GRID };
             self.budget_gain = (self.budget_gain * ratio.powf(BUDGET_GAIN_RATE)).clamp(floor, 1.0);
         }
         // (Below 1 when the planner spends less than the candidates it follows, e.g. after
@@ -186,7 +187,6 @@ impl Planner {
         let sq = self.status_quo();
         let j_cand = self.cf.cost[i] * overhead + price * self.cf.late[i];
         let j_sq = sq.cost + price * sq.late;
-        let off_grid = self.grid.period().is_none();
         // And once spent, a margin that recently missed over twice what the status quo did is
         // no better a fallback (the budget left only the cheap ones): the status quo again.
         // Both need an hour of evidence, and an hour of one replica's worth of status-quo spend

@@ -490,10 +490,7 @@ fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_by_a_tenth_at_most_on_one(
     let mut on = planner(60.0);
     let rate = |t: f64| [1.0, 2.0, 1.5, 3.0][((t / 600.0).floor() as usize) % 4];
     let mut t = 0.0;
-    while t < 4.0 * 3600.0 {
-        on.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
-        t += 15.0;
-    }
+    feed_rate(&mut on, &rate, &mut t, 4.0 * 3600.0);
     on.plan(t, 3, 0);
     assert_eq!(on.grid.period(), Some(600.0));
     assert!(on.cf_warm());
@@ -504,6 +501,15 @@ fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_by_a_tenth_at_most_on_one(
         on.chosen_candidate();
     }
     assert_eq!(on.budget_gain, 1.0);
+}
+
+/// Feeds `p` the arrivals of `rate` (req/s at second `t`) in 15-s samples from `*t` until
+/// `until`, advancing `*t`.
+fn feed_rate(p: &mut Planner, rate: &dyn Fn(f64) -> f64, t: &mut f64, until: f64) {
+    while *t < until {
+        p.observe(*t + 15.0, 15.0, rate(*t) * 15.0, 0.0);
+        *t += 15.0;
+    }
 }
 
 fn planner(w: f64) -> Planner {
@@ -613,22 +619,16 @@ fn grid_change_is_planned_by_the_last_decision_that_makes_it() {
     let rate = |t: f64| [10.0, 20.0, 10.0, 30.0][((t / 600.0).floor() as usize) % 4];
     let b = 6.0 * 3600.0;
     let mut t = 0.0;
-    let mut feed_to = |p: &mut Planner, until: f64| {
-        while t < until {
-            p.observe(t + 15.0, 15.0, rate(t) * 15.0, 0.0);
-            t += 15.0;
-        }
-    };
-    feed_to(&mut p, b - w - 15.0);
+    feed_rate(&mut p, &rate, &mut t, b - w - 15.0);
     assert_eq!(p.grid.period(), Some(600.0));
     let d = p.plan(b - w - 15.0, 10, 0);
     assert_eq!(p.cached_regime, Regime::GridSteady);
     assert_eq!(d.forecast.next_change_s, Some(w + 15.0));
-    feed_to(&mut p, b - w);
+    feed_rate(&mut p, &rate, &mut t, b - w);
     p.plan(b - w, 10, 0);
     assert_eq!(p.cached_regime, Regime::GridChange);
     // Still the change's decisions until it is seen.
-    feed_to(&mut p, b);
+    feed_rate(&mut p, &rate, &mut t, b);
     p.plan(b, 10, 0);
     assert_eq!(p.cached_regime, Regime::GridChange);
 }
@@ -759,10 +759,7 @@ fn grid_change_shift(
     t: &mut f64,
     ready: u32,
 ) -> (f64, f64) {
-    while *t < b - w {
-        p.observe(*t + 15.0, 15.0, rate(*t) * 15.0, 0.0);
-        *t += 15.0;
-    }
+    feed_rate(p, rate, t, b - w);
     p.plan(b - w, ready, 0);
     assert_eq!(p.cached_regime, Regime::GridChange);
     (p.cached_shift, p.cached.clone().unwrap().upper)
