@@ -10,6 +10,7 @@ probe set; the derived sets are written under OUT_DIR (default `target/probes`):
               interpolated between window centres (a smooth ramp; 24 scenarios)
     alt       the dev traces at capacities and SLOs other than their README's (21 scenarios)
     servegen  four more ServeGen m-large clients (forecaster/benches/heldout/, 18 scenarios)
+    servegen2 seven more, every 20th client from 20 to 140 (21 scenarios)
     conv      Azure's 2023 conversation log at six capacity/SLO settings (18 scenarios)
 
     PRESCALE_TRACE_SET=$(scripts/probe-sets.py fine) \\
@@ -108,12 +109,20 @@ def servegen(_out):
     ]
 
 
+def servegen2(_out):
+    # Seven more clients, every 20th chunk from 20 to 140 (picked by number, not by
+    # behaviour); capacity 0.5 req/s, 0.25 where three quarters of the windows are idle.
+    h = HELDOUT
+    caps = {20: 0.5, 40: 0.25, 60: 0.25, 80: 0.5, 100: 0.5, 120: 0.5, 140: 0.5}
+    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+
+
 def conv(_out):
     c = f"{HELDOUT}/azure-llm-2023-conv.csv"
     return [f"{c}:{cap}:{slo}" for cap, slo in ((0.25, 5), (0.5, 5), (1, 5), (2, 5), (1, 10), (1, 2))]
 
 
-SETS = {"coarse": coarse, "fine": fine, "alt": alt, "servegen": servegen, "conv": conv}
+SETS = {"coarse": coarse, "fine": fine, "alt": alt, "servegen": servegen, "servegen2": servegen2, "conv": conv}
 
 
 def main():

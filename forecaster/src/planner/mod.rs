@@ -227,6 +227,9 @@ pub struct Planner {
     level: RateMean,
     /// Seconds observed: the age the slow means are corrected for.
     level_t: f64,
+    /// Until when needs are held against a scale-in after requests were served late on a
+    /// window grid (see `scale_in_hold`).
+    late_until: f64,
     /// Slower mean arrival rate, time constant `REVERSION_TAU_S`: the level a change point's
     /// dip is measured from.
     base: RateMean,
@@ -391,6 +394,7 @@ impl Planner {
             level: RateMean::new(LEVEL_TAU_S),
             base: RateMean::new(REVERSION_TAU_S),
             level_t: 0.0,
+            late_until: f64::NEG_INFINITY,
             rate_1m: RateMean::new(RATE_1M_TAU_S),
             first_n: None,
             peak: [0.0; 2],
@@ -1011,9 +1015,23 @@ impl Planner {
         self.grid.period().is_some_and(|p| p >= self.horizon())
     }
 
-    /// Seconds a need is held against a scale-in (the ski-rental hold; see `plan`).
-    fn scale_in_hold(&self, cand: Cand) -> f64 {
-        if self.coarse_grid() || cand.level > 0 || self.spent() {
+    /// Seconds a need is held against a scale-in at `t` (the ski-rental hold; see `plan`).
+    ///
+    /// On a grid the hold also follows a late episode, for W after the last decision that saw
+    /// requests served late, on a coarse grid and under a standing level too: a miss there
+    /// means the margin in force fell short of a step, and the replicas ordered to catch up,
+    /// released as soon as the backlog is gone, are W away when the next step comes (on
+    /// bursty clients at W = 420 s the planner shed a caught-up fleet minutes before the next
+    /// window stepped up again, where KEDA + HPA's five-minute stabilization kept it; see
+    /// ARCHITECTURE.md, session 21). Off a grid the hold is unchanged: on bursty request logs
+    /// holding a standing level's needs after each late burst spent the budget that cheaper
+    /// margins then missed with.
+    fn scale_in_hold(&self, cand: Cand, t: f64) -> f64 {
+        if self.spent() {
+            0.0
+        } else if self.grid.period().is_some() && t < self.late_until {
+            self.w
+        } else if self.coarse_grid() || cand.level > 0 {
             0.0
         } else {
             self.w
@@ -1100,8 +1118,13 @@ impl Planner {
             // level is its own hold. Nor is there a hold once the budget is spent: the hold is
             // not in the candidates' counterfactual cost (a small fleet at W = 420 pays ~10 %
             // for it), and from here on the planner may spend only what the candidate it
-            // follows spends.
-            let hold_s = self.scale_in_hold(cand);
+            // follows spends. But on any grid, after requests were served late (the backlog is
+            // more than the ready fleet clears within the SLO), the needs of the next W are
+            // held whatever the margin (see `scale_in_hold`).
+            if b > f64::from(ready) * mu * self.cfg.slo_s {
+                self.late_until = t + self.w;
+            }
+            let hold_s = self.scale_in_hold(cand, t);
             while let Some(&(tf, _)) = self.recent_need.front() {
                 if tf < t - hold_s - 1e-9 || self.recent_need.len() >= NEED_CAP {
                     self.recent_need.pop_front();

@@ -552,14 +552,57 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
                 // A forecast margin's need is held for W against a scale-in on the fine
                 // grid only (a standing level is its own hold on either).
                 assert!(!p.spent());
-                assert_eq!(p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }), if fine { w } else { 0.0 });
-                assert_eq!(p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }), 0.0);
+                assert_eq!(p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }, t), if fine { w } else { 0.0 });
+                assert_eq!(p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }, t), 0.0);
             }
             p.plan(t, 20, 0);
             p.observe(t + 15.0, 15.0, rate_at(t, window) * 15.0, 0.0);
             t += 15.0;
         }
     }
+}
+
+#[test]
+fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin() {
+    // 10-minute windows planned at W = 180 s (a coarse grid: no hold between its change
+    // points, and none under a standing level), 10 req/s per replica, SLO 5 s. Twenty ready
+    // replicas clear 1,000 requests within the SLO: a backlog of 400 is not late, one of
+    // 2,000 is. After the late decision every margin's needs are held for W, then not.
+    let w = 180.0;
+    let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
+    let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
+    cfg.max_replicas = 100;
+    let mut p = Planner::new(cfg).unwrap();
+    let forecast = Cand { q: 6, wake: 0, level: 0 };
+    let level = Cand { q: 0, wake: 0, level: 1 };
+    let mut t = 0.0;
+    while t < 3600.0 {
+        p.plan(t, 20, 0);
+        p.observe(t + 15.0, 15.0, rate_at(t) * 15.0, 0.0);
+        t += 15.0;
+    }
+    assert!(p.coarse_grid());
+    assert!(!p.spent());
+    // A backlog the ready fleet clears within the SLO is no late episode.
+    p.observe(t + 15.0, 15.0, rate_at(t) * 15.0, 400.0);
+    t += 15.0;
+    p.plan(t, 20, 0);
+    assert_eq!(p.scale_in_hold(forecast, t), 0.0);
+    assert_eq!(p.scale_in_hold(level, t), 0.0);
+    // A late one holds every margin's needs until W after it.
+    p.observe(t + 15.0, 15.0, rate_at(t) * 15.0, 2000.0);
+    t += 15.0;
+    let late_t = t;
+    p.plan(t, 20, 0);
+    for c in [forecast, level] {
+        assert_eq!(p.scale_in_hold(c, late_t), w);
+        assert_eq!(p.scale_in_hold(c, late_t + w - 15.0), w);
+        assert_eq!(p.scale_in_hold(c, late_t + w), 0.0);
+    }
+    // Once the budget is spent there is no hold, late or not.
+    p.own_cost = 2.0 * p.shadow.cost + 1.0;
+    assert!(p.spent());
+    assert_eq!(p.scale_in_hold(forecast, late_t), 0.0);
 }
 
 #[test]
