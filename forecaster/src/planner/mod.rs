@@ -48,7 +48,10 @@
 //!   shortfall over W) over max(SLO, W/10), and off a grid over at least two decision
 //!   intervals (a faster drain is cancelled, still warming, at the next decision);
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
-//!   a burst with new replicas, but keeps the ready ones serving it).
+//!   a burst with new replicas, but keeps the ready ones serving it), and holds a need for W
+//!   against a scale-in (ski-rental) where the future is unknown: off a grid or on one finer
+//!   than W + I under a forecast margin, and on any grid for W after requests were served
+//!   late (`scale_in_hold`).
 //!
 //! Pure and deterministic: time is always an argument; memory is bounded (see
 //! [`Planner::approx_heap_bytes`]).
