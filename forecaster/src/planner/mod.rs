@@ -1026,14 +1026,16 @@ impl Planner {
     /// released as soon as the backlog is gone, are W away when the next step comes (on
     /// bursty clients at W = 420 s the planner shed a caught-up fleet minutes before the next
     /// window stepped up again, where KEDA + HPA's five-minute stabilization kept it; see
-    /// ARCHITECTURE.md, session 21). Off a grid the hold is unchanged: on bursty request logs
-    /// holding a standing level's needs after each late burst spent the budget that cheaper
-    /// margins then missed with.
+    /// ARCHITECTURE.md, session 21). It holds even once the budget is spent: a spent budget
+    /// is what leaves a bursty client on a margin that misses its steps, and shedding the
+    /// catch-up fleet then repeats the miss at the next step (ARCHITECTURE.md, session 22).
+    /// Off a grid the hold is unchanged: on bursty request logs holding a standing level's
+    /// needs after each late burst spent the budget that cheaper margins then missed with.
     fn scale_in_hold(&self, cand: Cand, t: f64) -> f64 {
-        if self.spent() {
-            0.0
-        } else if self.grid.period().is_some() && t < self.late_until {
+        if self.grid.period().is_some() && t < self.late_until {
             self.w
+        } else if self.spent() {
+            0.0
         } else if self.coarse_grid() || cand.level > 0 {
             0.0
         } else {
@@ -1123,7 +1125,7 @@ impl Planner {
             // for it), and from here on the planner may spend only what the candidate it
             // follows spends. But on any grid, after requests were served late (the backlog is
             // more than the ready fleet clears within the SLO), the needs of the next W are
-            // held whatever the margin (see `scale_in_hold`).
+            // held whatever the margin and the budget (see `scale_in_hold`).
             if b > f64::from(ready) * mu * self.cfg.slo_s {
                 self.late_until = t + self.w;
             }

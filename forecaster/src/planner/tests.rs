@@ -563,7 +563,7 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
 }
 
 #[test]
-fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin() {
+fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // 10-minute windows planned at W = 180 s (a coarse grid: no hold between its change
     // points, and none under a standing level), 10 req/s per replica, SLO 5 s. Twenty ready
     // replicas clear 1,000 requests within the SLO: a backlog of 400 is not late, one of
@@ -599,10 +599,13 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin() {
         assert_eq!(p.scale_in_hold(c, late_t + w - 15.0), w);
         assert_eq!(p.scale_in_hold(c, late_t + w), 0.0);
     }
-    // Once the budget is spent there is no hold, late or not.
+    // A spent budget does not lift the late hold; after it, a spent budget holds nothing.
     p.own_cost = 2.0 * p.shadow.cost + 1.0;
     assert!(p.spent());
-    assert_eq!(p.scale_in_hold(forecast, late_t), 0.0);
+    for c in [forecast, level] {
+        assert_eq!(p.scale_in_hold(c, late_t + w - 15.0), w);
+        assert_eq!(p.scale_in_hold(c, late_t + w), 0.0);
+    }
 }
 
 #[test]
