@@ -51,7 +51,7 @@
 //!   a burst with new replicas, but keeps the ready ones serving it), and holds a need for W
 //!   against a scale-in (ski-rental) where the future is unknown: off a grid or on one finer
 //!   than W + I under a forecast margin, and on any grid for W after requests were served
-//!   late (`scale_in_hold`).
+//!   late, whatever the budget (`scale_in_hold`).
 //!
 //! Pure and deterministic: time is always an argument; memory is bounded (see
 //! [`Planner::approx_heap_bytes`]).
@@ -1034,9 +1034,7 @@ impl Planner {
     fn scale_in_hold(&self, cand: Cand, t: f64) -> f64 {
         if self.grid.period().is_some() && t < self.late_until {
             self.w
-        } else if self.spent() {
-            0.0
-        } else if self.coarse_grid() || cand.level > 0 {
+        } else if self.spent() || self.coarse_grid() || cand.level > 0 {
             0.0
         } else {
             self.w
