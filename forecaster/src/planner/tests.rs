@@ -599,7 +599,8 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
         assert_eq!(p.scale_in_hold(c, late_t + w - 15.0), w);
         assert_eq!(p.scale_in_hold(c, late_t + w), 0.0);
     }
-    // A spent budget does not lift the late hold; after it, a spent budget holds nothing.
+    // A spent budget does not lift the late hold, and the hold still ends W after the late
+    // decision (neither margin holds on a coarse grid of its own).
     p.own_cost = 2.0 * p.shadow.cost + 1.0;
     assert!(p.spent());
     for c in [forecast, level] {
