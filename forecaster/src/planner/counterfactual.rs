@@ -20,7 +20,19 @@ pub(super) const CF_LEVELS: [f64; 8] = [0.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0]
 /// peak, half-life index into `PEAK_HALF_LIVES_S`) — Autopilot's peak recommender.
 pub(super) const CF_PEAKS: [(f64, usize); 6] = [(0.5, 0), (0.75, 0), (1.0, 0), (0.5, 1), (0.75, 1), (1.0, 1)];
 pub(super) const PEAK_HALF_LIVES_S: [f64; 2] = [900.0, 3600.0];
-pub(super) const CF_N: usize = CF_NQ * CF_WAKES.len() + CF_LEVELS.len() - 1 + CF_PEAKS.len();
+/// Standing levels (> 0) of each kind: the multiples of the slow mean rate, then the peaks.
+pub(super) const CF_NL: usize = CF_LEVELS.len() - 1 + CF_PEAKS.len();
+/// Every standing level comes twice: waking a fleet at zero whenever the level stands, and,
+/// on a window grid, only when an arrival within W + I is at least this likely. After a burst
+/// on a sparse grid client, a peak level otherwise ordered its fleet ahead of every window
+/// boundary for hours and cancelled it unready at each empty window (a held-out ServeGen
+/// client at W = 420 s: 30 replicas × 435 s per window at P(arrival) = 0.07). Which of the
+/// two a client needs is the counterfactual's to find (see ARCHITECTURE.md, session 23).
+pub(super) const LEVEL_WAKE_P: f64 = 0.3;
+/// `Cand::wake` of a standing level that wakes from zero only at `LEVEL_WAKE_P` on a grid.
+pub(super) const LEVEL_GATED: usize = 1;
+/// Forecast margins (every q × wake pair), then the gated and the plain standing levels.
+pub(super) const CF_N: usize = CF_NQ * CF_WAKES.len() + 2 * CF_NL;
 /// Orders kept for the counterfactual replay (spaced so that W is always covered).
 pub(super) const CF_ORDERS_CAP: usize = 128;
 /// Half-life of the counterfactual evidence behind the budget (the candidates' and the
@@ -64,11 +76,15 @@ pub(super) struct OrderSnap {
     /// Off a grid (or on one finer than W + I): the last minute's rate carried forward by
     /// its recent rise over part of W + I (see `Planner::ramp_floor`); 0 on a coarse grid.
     pub(super) ramp: f64,
+    /// The demand follows a window grid (see `Planner::grid`).
+    pub(super) on_grid: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Cand {
     pub(super) q: usize,
+    /// A forecast margin's wake rule (index into `CF_WAKES`); for a standing level, 0 or
+    /// `LEVEL_GATED`.
     pub(super) wake: usize,
     pub(super) level: usize,
 }
@@ -80,13 +96,27 @@ impl Cand {
         if i < nf {
             Cand { q: i / nw, wake: i % nw, level: 0 }
         } else {
-            Cand { q: 0, wake: 0, level: (i - nf + 1).min(CF_LEVELS.len() - 1 + CF_PEAKS.len()) }
+            // The gated levels first: on a tie (the gate never closed) the choice keeps the
+            // smaller index, and the plain level stays last (the young planner's default).
+            let j = (i - nf).min(2 * CF_NL - 1);
+            let (wake, j) = if j < CF_NL { (LEVEL_GATED, j) } else { (0, j - CF_NL) };
+            Cand { q: 0, wake, level: j + 1 }
         }
+    }
+
+    /// A standing level that wakes a fleet at zero on a grid only at `LEVEL_WAKE_P`.
+    pub(super) fn level_gated(&self) -> bool {
+        self.level > 0 && self.wake == LEVEL_GATED
     }
 }
 
 impl fmt::Display for Cand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gate = if self.level_gated() {
+            format!(", waking from zero on a grid at p≥{LEVEL_WAKE_P}")
+        } else {
+            String::new()
+        };
         if self.level == 0 {
             write!(f, "forecast q{}", CF_QS[self.q])?;
             match CF_WAKES[self.wake] {
@@ -97,10 +127,10 @@ impl fmt::Display for Cand {
                 _ => write!(f, ", no wake ahead of arrivals"),
             }
         } else if self.level < CF_LEVELS.len() {
-            write!(f, "standing level {}× the 30-min mean rate", CF_LEVELS[self.level])
+            write!(f, "standing level {}× the 30-min mean rate{gate}", CF_LEVELS[self.level])
         } else {
             let (k, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
-            write!(f, "standing level {k}× the peak demand (half-life {} min)", PEAK_HALF_LIVES_S[h] / 60.0)
+            write!(f, "standing level {k}× the peak demand (half-life {} min){gate}", PEAK_HALF_LIVES_S[h] / 60.0)
         }
     }
 }
@@ -116,8 +146,10 @@ pub(super) fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
             let (k, h) = CF_PEAKS[c.level - CF_LEVELS.len()];
             k * s.peak[h]
         };
-        // A level decayed to crumbs is no reason to keep a replica.
-        let v = if v < eps { 0.0 } else { v };
+        // A level decayed to crumbs is no reason to keep a replica; nor, for a gated level on
+        // a grid, an unlikely arrival a reason to wake a fleet at zero.
+        let unlikely = c.level_gated() && s.on_grid && s.current <= 0.0 && s.p_arrival < LEVEL_WAKE_P;
+        let v = if v < eps || unlikely { 0.0 } else { v };
         // On a grid the current window's rate holds until its change point: a level below it
         // would shed ready replicas that are short from now until then.
         return if s.regime == Regime::GridChange { v.max(s.current) } else { v };

@@ -213,6 +213,10 @@ pub struct Planner {
     /// the hold, the drain and the bounds over the bare candidate).
     own_cost: f64,
     followed_cf_cost: f64,
+    /// The planner's and the status quo's replica-seconds over a week's half-life
+    /// (`SPEND_ACCOUNT_HALF_LIFE_S`): the long account behind the grid budget's floor.
+    week_own_cost: f64,
+    week_shadow_cost: f64,
     last_desired: u32,
     /// Share of the shadow's spend the candidates may use (integral feedback, ≤ 1).
     budget_gain: f64,
@@ -387,6 +391,8 @@ impl Planner {
             rate_rule: None,
             fallback: None,
             own_cost: 0.0,
+            week_own_cost: 0.0,
+            week_shadow_cost: 0.0,
             followed_cf_cost: 0.0,
             last_desired: 0,
             budget_gain: 1.0,
@@ -471,6 +477,9 @@ impl Planner {
         self.outcome.observe(t_s, mass, self.last_backlog, self.cfg.slo_s, decay_s);
         if self.shadow.started {
             self.own_cost = self.own_cost * decay + self.last_desired as f64 * dt;
+            let week = (-dt * std::f64::consts::LN_2 / SPEND_ACCOUNT_HALF_LIFE_S).exp();
+            self.week_own_cost = self.week_own_cost * week + self.last_desired as f64 * dt;
+            self.week_shadow_cost = self.week_shadow_cost * week + self.shadow.n() as f64 * dt;
             let mut followed =
                 self.cand_idx.and_then(|i| self.cf.reps.get(i).copied()).unwrap_or(self.last_desired) as f64;
             if let Some((k, th)) = self.blend {
@@ -990,6 +999,7 @@ impl Planner {
             peak: self.peak,
             drain_s: self.drain_horizon(),
             ramp: if !self.coarse_grid() { self.ramp_floor(t) } else { 0.0 },
+            on_grid: self.grid.period().is_some(),
         }
     }
 

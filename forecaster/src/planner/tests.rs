@@ -24,6 +24,7 @@ fn snap_at(t: f64, current: f64) -> OrderSnap {
         // The SLO's pace at the tests' W = 60 s, SLO 5 s.
         drain_s: drain_seconds(5.0, 60.0, 0.0),
         ramp: 0.0,
+        on_grid: true,
     }
 }
 
@@ -471,10 +472,11 @@ fn a_budget_of_the_first_burst_after_a_long_idle_is_no_reason_to_fall_back() {
 }
 
 #[test]
-fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_by_a_tenth_at_most_on_one() {
+fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_on_one_by_a_tenth_unless_the_week_is_overspent() {
     // The planner has spent twice what the status quo has, for hours of decisions: the budget
     // feedback cuts the budget. Off a grid it goes down to its floor of a fifth; on a grid
-    // (10-minute windows, detected from what was observed) to nine tenths and no further.
+    // (10-minute windows, detected from what was observed) to nine tenths and no further,
+    // unless the week's spend account is over the status quo's as well.
     let overspend = |p: &mut Planner| {
         (p.shadow.cost, p.shadow.cost_s) = (50_000.0, 10_000.0);
         for _ in 0..2000 {
@@ -495,6 +497,18 @@ fn an_overspend_cuts_the_budget_deeply_off_a_grid_and_by_a_tenth_at_most_on_one(
     assert_eq!(on.grid.period(), Some(600.0));
     assert!(on.cf_warm());
     assert!((overspend(&mut on) - BUDGET_GAIN_FLOOR_GRID).abs() < 1e-12);
+    // After the budget's two days, a week's account over the status quo's (by 10 %) lowers
+    // that floor by the ratio to the fourth; an account under it leaves the floor at 0.9.
+    on.cf.seen_s = CF_HALF_LIFE_S;
+    (on.week_own_cost, on.week_shadow_cost) = (1.1e6, 1.0e6);
+    let deeper = BUDGET_GAIN_FLOOR_GRID * (BUDGET_SETPOINT / 1.1f64).powf(SPEND_ACCOUNT_EXPONENT);
+    assert!((on.grid_budget_floor() - deeper).abs() < 1e-12 && deeper < 0.6);
+    assert!((overspend(&mut on) - deeper).abs() < 1e-12);
+    (on.week_own_cost, on.week_shadow_cost) = (0.9e6, 1.0e6);
+    assert!((overspend(&mut on) - BUDGET_GAIN_FLOOR_GRID).abs() < 1e-12);
+    // However far over, the floor keeps half of itself.
+    (on.week_own_cost, on.week_shadow_cost) = (1.0e6, 0.0);
+    assert_eq!(on.grid_budget_floor(), SPEND_ACCOUNT_MIN_FLOOR_SHARE * BUDGET_GAIN_FLOOR_GRID);
     // The cut is undone once the planner spends less than the status quo again.
     on.own_cost = 0.5 * on.shadow.cost;
     for _ in 0..2000 {
@@ -972,6 +986,43 @@ fn a_standing_level_never_sheds_the_known_rate_of_a_grid_window() {
     }
     s.regime = Regime::Generic;
     assert!(cand_upper(&s, Cand { q: 0, wake: 0, level: 1 }, 0.05) < 20.0);
+}
+
+#[test]
+fn a_gated_standing_level_wakes_a_fleet_at_zero_on_a_grid_only_when_an_arrival_is_likely() {
+    // An empty window before a change point (idle), a decayed peak of 8 req/s: the plain
+    // level orders it whatever the chance of an arrival; the gated one only at P ≥
+    // LEVEL_WAKE_P. Off a grid (a request log) the two are the same margin.
+    let mut s = snap_at(0.0, 0.0);
+    s.regime = Regime::Idle;
+    s.peak = [8.0, 8.0];
+    s.level = 2.0;
+    let mut gated_seen = 0;
+    for i in CF_NQ * CF_WAKES.len()..CF_N {
+        let c = Cand::from_index(i);
+        let plain = Cand { wake: 0, ..c };
+        assert!(c.level > 0);
+        for (on_grid, p) in [(true, 0.07), (true, LEVEL_WAKE_P), (false, 0.07)] {
+            s.on_grid = on_grid;
+            s.p_arrival = p;
+            let (u, u_plain) = (cand_upper(&s, c, 0.05), cand_upper(&s, plain, 0.05));
+            assert!(u_plain > 0.0, "{plain}: {u_plain}");
+            if c.level_gated() && on_grid && p < LEVEL_WAKE_P {
+                assert_eq!(u, 0.0, "{c} at P = {p}");
+            } else {
+                assert_eq!(u, u_plain, "{c} at P = {p}, on a grid: {on_grid}");
+            }
+        }
+        // With demand in the current window the gate is open whatever P says.
+        s.on_grid = true;
+        s.p_arrival = 0.0;
+        s.current = 1.0;
+        assert!(cand_upper(&s, c, 0.05) > 0.0, "{c}");
+        s.current = 0.0;
+        gated_seen += usize::from(c.level_gated());
+    }
+    assert_eq!(gated_seen, CF_NL);
+    assert!(Cand::from_index(CF_NQ * CF_WAKES.len()).to_string().contains("waking from zero on a grid at p≥0.3"));
 }
 
 #[test]
