@@ -108,6 +108,13 @@ impl Cand {
     pub(super) fn level_gated(&self) -> bool {
         self.level > 0 && self.wake == LEVEL_GATED
     }
+
+    /// P(arrival within W + I) at which the planner's idle rule wakes (or keeps) the fleet this
+    /// candidate asks for: a forecast margin's wake threshold; for a standing level the lowest
+    /// one, gated or not (a gated level's gate acts on what it asks for, in `cand_upper`).
+    pub(super) fn wake_p(&self) -> f64 {
+        CF_WAKES[if self.level > 0 { 0 } else { self.wake.min(CF_WAKES.len() - 1) }]
+    }
 }
 
 impl fmt::Display for Cand {

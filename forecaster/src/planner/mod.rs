@@ -1178,7 +1178,7 @@ impl Planner {
                 let p = snap.p_arrival;
                 let tau = self.idle.idle_for(t);
                 let exp_idle = self.idle.hist.expected_remaining(tau).unwrap_or(f64::INFINITY);
-                if p >= CF_WAKES[cand.wake] && need >= 1 {
+                if p >= cand.wake_p() && need >= 1 {
                     desired = need;
                     reason = if n == 0 {
                         Reason::Wake { in_s: fc.next_change_s.unwrap_or(self.w).min(fc.horizon_s), p_arrival: p }

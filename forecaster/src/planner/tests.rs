@@ -1022,6 +1022,13 @@ fn a_gated_standing_level_wakes_a_fleet_at_zero_on_a_grid_only_when_an_arrival_i
         gated_seen += usize::from(c.level_gated());
     }
     assert_eq!(gated_seen, CF_NL);
+    // The planner's idle rule wakes a followed level at the lowest threshold, gated or not
+    // (`LEVEL_GATED` is not an index into CF_WAKES); a forecast margin at its own.
+    for i in 0..CF_N {
+        let c = Cand::from_index(i);
+        let want = if c.level > 0 { CF_WAKES[0] } else { CF_WAKES[c.wake] };
+        assert_eq!(c.wake_p(), want, "{c}");
+    }
     assert!(Cand::from_index(CF_NQ * CF_WAKES.len()).to_string().contains("waking from zero on a grid at p≥0.3"));
 }
 
