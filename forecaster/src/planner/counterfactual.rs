@@ -119,11 +119,6 @@ impl Cand {
 
 impl fmt::Display for Cand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let gate = if self.level_gated() {
-            format!(", waking from zero on a grid at p≥{LEVEL_WAKE_P}")
-        } else {
-            String::new()
-        };
         if self.level == 0 {
             write!(f, "forecast q{}", CF_QS[self.q])?;
             match CF_WAKES[self.wake] {
@@ -133,11 +128,17 @@ impl fmt::Display for Cand {
                 }
                 _ => write!(f, ", no wake ahead of arrivals"),
             }
-        } else if self.level < CF_LEVELS.len() {
-            write!(f, "standing level {}× the 30-min mean rate{gate}", CF_LEVELS[self.level])
         } else {
-            let (k, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
-            write!(f, "standing level {k}× the peak demand (half-life {} min){gate}", PEAK_HALF_LIVES_S[h] / 60.0)
+            if self.level < CF_LEVELS.len() {
+                write!(f, "standing level {}× the 30-min mean rate", CF_LEVELS[self.level])?;
+            } else {
+                let (k, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
+                write!(f, "standing level {k}× the peak demand (half-life {} min)", PEAK_HALF_LIVES_S[h] / 60.0)?;
+            }
+            if self.level_gated() {
+                write!(f, ", waking from zero on a grid at p≥{LEVEL_WAKE_P}")?;
+            }
+            Ok(())
         }
     }
 }
