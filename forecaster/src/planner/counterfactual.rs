@@ -78,6 +78,8 @@ pub(super) struct OrderSnap {
     pub(super) ramp: f64,
     /// The demand follows a window grid (see `Planner::grid`).
     pub(super) on_grid: bool,
+    /// The rate a backlog is projected with while no replica is ready (see `projection_rate`).
+    pub(super) rate_cold: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +191,19 @@ pub(super) fn backlog_at_ready(b: f64, rate: f64, cap: f64, w: f64) -> f64 {
     }
 }
 
+/// The arrival rate a backlog is projected with by a fleet with `ready` replicas serving. With
+/// none ready nothing is served and the backlog grows at the arrival rate itself, which off a
+/// grid the 1-minute mean lags by up to a minute: a burst that meets a fleet at zero 15 s in
+/// shows a quarter of its rate there, and the first order, the one that decides how long the
+/// cold start's queue lasts, would be sized for that quarter.
+pub(super) fn projection_rate(s: &OrderSnap, ready: u32) -> f64 {
+    if ready == 0 {
+        s.rate_cold
+    } else {
+        s.rate
+    }
+}
+
 /// Seconds a backlog is drained over once the replicas ordered for it are ready: the SLO, a
 /// tenth of W if longer, and at least `min_s`.
 pub(super) fn drain_seconds(slo: f64, w: f64, min_s: f64) -> f64 {
@@ -264,7 +279,8 @@ impl Counterfactual {
         for (i, o) in ord.iter_mut().enumerate() {
             // As the real planner does: drain the backlog the candidate will have when this
             // order is ready (today's plus its shortfall over W).
-            let proj = backlog_at_ready(self.backlog[i], s.rate, self.ready[i] as f64 * mu, w);
+            let proj =
+                backlog_at_ready(self.backlog[i], projection_rate(s, self.ready[i]), self.ready[i] as f64 * mu, w);
             let u = cand_upper(s, Cand::from_index(i), eps).max(in_use(s, self.ready[i], mu)) + proj / s.drain_s;
             let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
             *o = r;

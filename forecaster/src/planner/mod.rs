@@ -1000,6 +1000,7 @@ impl Planner {
             drain_s: self.drain_horizon(),
             ramp: if !self.coarse_grid() { self.ramp_floor(t) } else { 0.0 },
             on_grid: self.grid.period().is_some(),
+            rate_cold: self.cold_rate(),
         }
     }
 
@@ -1018,6 +1019,32 @@ impl Planner {
             self.last_rate.max(0.0)
         } else {
             self.rate_1m.value
+        }
+    }
+
+    /// The arrival rate a backlog is projected with while no replica is ready (see
+    /// `counterfactual::projection_rate`): off a grid, the higher of the 1-minute mean and the
+    /// last decision interval's mean; on a grid the window's rate already is the current one.
+    fn cold_rate(&self) -> f64 {
+        let rate = self.shortfall_rate();
+        if self.grid.period().is_some() {
+            return rate;
+        }
+        let Some(&(t_end, _, _)) = self.fine.back() else {
+            return rate;
+        };
+        let (mut mass, mut dt) = (0.0, 0.0);
+        for &(t, d, m) in self.fine.iter().rev() {
+            if t <= t_end - self.cfg.interval_s + 1e-9 {
+                break;
+            }
+            mass += m;
+            dt += d;
+        }
+        if dt > 0.0 {
+            rate.max(mass / dt)
+        } else {
+            rate
         }
     }
 
@@ -1103,9 +1130,10 @@ impl Planner {
         // Backlog drain: replicas started now help only after W, so the backlog to drain is
         // the one there will be then: today's plus what the ready fleet falls short of the
         // arrival rate over W (on a grid, the window's own rate: a step is ordered for at
-        // once); it is drained over `drain_horizon` (max(SLO, W/10), off a grid at least two
-        // decision intervals) once the replicas are ready.
-        let drain = backlog_at_ready(b, snap.rate, ready as f64 * mu, self.w) / snap.drain_s;
+        // once; with no replica ready, off a grid, at least the last interval's mean rate, see
+        // `projection_rate`); it is drained over `drain_horizon` (max(SLO, W/10), off a grid at
+        // least two decision intervals) once the replicas are ready.
+        let drain = backlog_at_ready(b, projection_rate(&snap, ready), ready as f64 * mu, self.w) / snap.drain_s;
         let recent_arrival =
             self.last_arrival_interval_end.map(|l| t - l < self.cfg.interval_s + 1e-9).unwrap_or(false);
         let busy_floor = if b > 0.0 || recent_arrival { 1 } else { 0 };

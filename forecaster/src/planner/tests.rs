@@ -25,6 +25,7 @@ fn snap_at(t: f64, current: f64) -> OrderSnap {
         drain_s: drain_seconds(5.0, 60.0, 0.0),
         ramp: 0.0,
         on_grid: true,
+        rate_cold: current,
     }
 }
 
@@ -965,6 +966,43 @@ fn off_a_grid_a_burst_backlog_is_drained_over_two_decisions() {
     let (d1, d0) = (with_backlog.plan(t, 8, 0), without.plan(t, 8, 0));
     let extra = d1.desired.saturating_sub(d0.desired);
     assert!((1..=5).contains(&extra), "drain ordered {extra} more replicas ({} vs {})", d1.reason, d0.reason);
+}
+
+#[test]
+fn a_fleet_at_zero_projects_a_burst_backlog_at_the_bursts_rate_not_the_minutes_mean() {
+    // A request log (no window grid) of about 1 req/s, μ = 1, W = 60 s, then a burst of
+    // 10 req/s meets a fleet at zero: 15 s in, 150 requests are queued and none is served.
+    // The 1-minute mean has seen a quarter of the burst; the backlog the first order will
+    // meet when it is ready grows at the burst's own rate, 10 req/s over W: (150 + 600) /
+    // 30 s = 25 replicas for the drain alone, where the minute's mean would order about 11.
+    let mut p = planner(60.0);
+    let mut t = 0.0;
+    let mut k = 0u64;
+    while t < 2400.0 {
+        let a = 10.0 + ((k * 7919) % 11) as f64;
+        t += 15.0;
+        p.observe(t, 15.0, a, 0.0);
+        p.plan(t, 2, 0);
+        k += 1;
+    }
+    assert_eq!(p.grid.period(), None);
+    let mut b = 0.0;
+    for _ in 0..15 {
+        t += 1.0;
+        b += 10.0;
+        p.observe(t, 1.0, 10.0, b);
+    }
+    let minute = p.shortfall_rate();
+    assert!(minute < 5.0, "the 1-minute mean {minute} should lag the burst");
+    assert!((p.cold_rate() - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate());
+    // A fleet with replicas serving projects with the minute's mean as before.
+    let (mut at_zero, serving) = (p.clone(), p);
+    let d = at_zero.plan(t, 0, 0);
+    assert!(d.desired >= 25, "ordered {} ({})", d.desired, d.reason);
+    let fc = serving.cached.clone().unwrap();
+    let snap = serving.order_snap(t, &fc);
+    assert_eq!(projection_rate(&snap, 3), minute);
+    assert_eq!(projection_rate(&snap, 0), 10.0);
 }
 
 #[test]
