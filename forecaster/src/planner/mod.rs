@@ -45,8 +45,9 @@
 //!   cheapest margin misses far more), or the budget is spent and the margin it affords has
 //!   recently missed over twice what the status quo did;
 //! - drains a backlog sized for when new replicas are ready (today's backlog plus the
-//!   shortfall over W) over max(SLO, W/10), and off a grid over at least two decision
-//!   intervals (a faster drain is cancelled, still warming, at the next decision);
+//!   shortfall over W; with no replica ready, off a grid, at the last interval's rate if the
+//!   lagging 1-minute mean is lower) over max(SLO, W/10), and off a grid over at least two
+//!   decision intervals (a faster drain is cancelled, still warming, at the next decision);
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
 //!   a burst with new replicas, but keeps the ready ones serving it), and holds a need for W
 //!   against a scale-in (ski-rental) where the future is unknown: off a grid or on one finer
