@@ -11,6 +11,7 @@ probe set; the derived sets are written under OUT_DIR (default `target/probes`):
     alt       the dev traces at capacities and SLOs other than their README's (21 scenarios)
     servegen  four more ServeGen m-large clients (forecaster/benches/heldout/, 18 scenarios)
     servegen2 seven more, every 20th client from 20 to 140 (21 scenarios)
+    servegen3 seven more, every 20th client from 30 to 150 (21 scenarios)
     conv      Azure's 2023 conversation log at six capacity/SLO settings (18 scenarios)
 
     PRESCALE_TRACE_SET=$(scripts/probe-sets.py fine) \\
@@ -117,12 +118,28 @@ def servegen2(_out):
     return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
 
 
+def servegen3(_out):
+    # Seven more, every 20th chunk from 30 to 150 (session 25; picked by number before any was
+    # replayed), capacities by the same rule as servegen2.
+    h = HELDOUT
+    caps = {30: 0.25, 50: 0.25, 70: 0.25, 90: 0.25, 110: 0.5, 130: 0.25, 150: 0.25}
+    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+
+
 def conv(_out):
     c = f"{HELDOUT}/azure-llm-2023-conv.csv"
     return [f"{c}:{cap}:{slo}" for cap, slo in ((0.25, 5), (0.5, 5), (1, 5), (2, 5), (1, 10), (1, 2))]
 
 
-SETS = {"coarse": coarse, "fine": fine, "alt": alt, "servegen": servegen, "servegen2": servegen2, "conv": conv}
+SETS = {
+    "coarse": coarse,
+    "fine": fine,
+    "alt": alt,
+    "servegen": servegen,
+    "servegen2": servegen2,
+    "servegen3": servegen3,
+    "conv": conv,
+}
 
 
 def main():
