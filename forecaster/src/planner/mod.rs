@@ -51,8 +51,9 @@
 //! - never sheds ready replicas the current demand is using (a standing level does not chase
 //!   a burst with new replicas, but keeps the ready ones serving it), and holds a need for W
 //!   against a scale-in (ski-rental) where the future is unknown: off a grid or on one finer
-//!   than W + I under a forecast margin, and on any grid for W after requests were served
-//!   late, whatever the budget (`scale_in_hold`).
+//!   than W + I under a forecast margin, on any grid for W after requests were served
+//!   late, whatever the budget, and on a coarse grid an order for the next window until its
+//!   change point (`scale_in_hold`).
 //!
 //! Pure and deterministic: time is always an argument; memory is bounded (see
 //! [`Planner::approx_heap_bytes`]).
@@ -1069,13 +1070,25 @@ impl Planner {
     /// catch-up fleet then repeats the miss at the next step (ARCHITECTURE.md, session 22).
     /// Off a grid the hold is unchanged: on bursty request logs holding a standing level's
     /// needs after each late burst spent the budget that cheaper margins then missed with.
+    ///
+    /// On a coarse grid every need placed within W + I of the next change point (an order for
+    /// the next window) is also held until that change point, whatever the budget and the
+    /// margin chosen since: between change points the current window's rate is known and
+    /// constant, so nothing is learnt about the next window, and a smaller need there is the
+    /// margin choice changing its mind, not news. Without it a spent budget's choice flapping
+    /// between affordable margins cancelled the replicas warming for the next step a minute
+    /// before it came (a held-out ServeGen client at W = 420 s, ARCHITECTURE.md, session 25).
     fn scale_in_hold(&self, cand: Cand, t: f64) -> f64 {
-        if self.grid.period().is_some() && t < self.late_until {
+        let hold = if self.grid.period().is_some() && t < self.late_until {
             self.w
         } else if self.spent() || self.coarse_grid() || cand.level > 0 {
             0.0
         } else {
             self.w
+        };
+        match self.grid.next_change(t) {
+            Some(next) if self.coarse_grid() && t >= next - self.horizon() => hold.max(t - (next - self.horizon())),
+            _ => hold,
         }
     }
 

@@ -625,6 +625,48 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
 }
 
 #[test]
+fn on_a_coarse_grid_an_order_for_the_next_window_is_held_until_its_change_point() {
+    // 10-minute windows stepping 5 → 8 → 11 req/s (μ = 1, W = 180 s, so W + I = 195 s): the
+    // grid is coarse. A need placed within W + I of the next change point is an order for the
+    // next window; nothing is learnt about that window before its change point, so a later,
+    // smaller need does not cancel it. A need of the current window, placed earlier, is not
+    // held.
+    let w = 180.0;
+    let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
+    cfg.max_replicas = 100;
+    let mut p = Planner::new(cfg).unwrap();
+    let rate = |t: f64| 5.0 + (((t / 600.0).floor() as u64) % 3) as f64 * 3.0;
+    let mut t = 0.0;
+    while t < 22_080.0 {
+        let r = rate(t);
+        t += 15.0;
+        p.observe(t, 15.0, r * 15.0, 0.0);
+        p.plan(t, r as u32 + 2, 0);
+    }
+    assert_eq!(p.grid.period(), Some(600.0));
+    assert!(p.coarse_grid());
+    assert!(p.late_until < t, "no request was late");
+    let c = Cand::from_index(0);
+    // The next change point is 22,200 s; orders for it start at 22,005 s.
+    assert_eq!(p.scale_in_hold(c, 21_615.0), 0.0);
+    assert_eq!(p.scale_in_hold(c, 22_000.0), 0.0);
+    assert_eq!(p.scale_in_hold(c, 22_100.0), 95.0);
+    assert_eq!(p.scale_in_hold(c, 22_200.0), 195.0);
+    let r = rate(t);
+    t += 15.0;
+    p.observe(t, 15.0, r * 15.0, 0.0);
+    let (mut for_next, mut for_current) = (p.clone(), p);
+    // `recent_need` is in time order, oldest first.
+    for (q, at) in [(&mut for_next, 22_050.0), (&mut for_current, 21_700.0)] {
+        let i = q.recent_need.iter().position(|x| x.0 > at).unwrap_or(q.recent_need.len());
+        q.recent_need.insert(i, (at, 40));
+    }
+    let (held, released) = (for_next.plan(t, 13, 0), for_current.plan(t, 13, 0));
+    assert!(held.desired >= 40, "order for the next window cancelled: {} ({})", held.desired, held.reason);
+    assert!(released.desired < 40, "a need of the current window held: {} ({})", released.desired, released.reason);
+}
+
+#[test]
 fn a_young_planner_does_not_cancel_a_replica_it_ordered_for_the_rate_while_it_warms() {
     // 12 ready replicas (μ = 1); the rate is 12.05 req/s for two minutes (13 replicas'
     // worth), then 10. The young planner (its counterfactual has under ten minutes of
