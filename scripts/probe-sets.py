@@ -12,6 +12,7 @@ probe set; the derived sets are written under OUT_DIR (default `target/probes`):
     servegen  four more ServeGen m-large clients (forecaster/benches/heldout/, 18 scenarios)
     servegen2 seven more, every 20th client from 20 to 140 (21 scenarios)
     servegen3 seven more, every 20th client from 30 to 150 (21 scenarios)
+    servegen4 seven more: clients 10, 25, 45, 65, 85, 105, 125 (21 scenarios)
     conv      Azure's 2023 conversation log at six capacity/SLO settings (18 scenarios)
 
     PRESCALE_TRACE_SET=$(scripts/probe-sets.py fine) \\
@@ -126,6 +127,14 @@ def servegen3(_out):
     return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
 
 
+def servegen4(_out):
+    # Seven more (session 25, after the session's planner changes were made: a clean check of
+    # them): chunks 10, 25, 45, 65, 85, 105, 125, picked by number before any was replayed.
+    h = HELDOUT
+    caps = {10: 0.5, 25: 0.5, 45: 0.5, 65: 0.25, 85: 0.25, 105: 0.25, 125: 0.25}
+    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+
+
 def conv(_out):
     c = f"{HELDOUT}/azure-llm-2023-conv.csv"
     return [f"{c}:{cap}:{slo}" for cap, slo in ((0.25, 5), (0.5, 5), (1, 5), (2, 5), (1, 10), (1, 2))]
@@ -138,6 +147,7 @@ SETS = {
     "servegen": servegen,
     "servegen2": servegen2,
     "servegen3": servegen3,
+    "servegen4": servegen4,
     "conv": conv,
 }
 
