@@ -1048,6 +1048,24 @@ fn a_fleet_at_zero_projects_a_burst_backlog_at_the_bursts_rate_not_the_minutes_m
 }
 
 #[test]
+fn the_cold_rate_reads_samples_of_any_length_as_their_mean() {
+    // `serve` observes a scrape period, not one second: a 60-s sample of 600 requests is
+    // 10 req/s however it overlaps the last decision interval, and no sample at all leaves
+    // the 1-minute mean.
+    let mut p = planner(60.0);
+    assert_eq!(p.cold_rate(), p.shortfall_rate());
+    let mut t = 0.0;
+    for _ in 0..20 {
+        t += 60.0;
+        p.observe(t, 60.0, 60.0, 0.0);
+    }
+    t += 60.0;
+    p.observe(t, 60.0, 600.0, 0.0);
+    assert!((p.cold_rate() - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate());
+    assert!(p.cold_rate() >= p.shortfall_rate());
+}
+
+#[test]
 fn a_standing_level_never_sheds_the_known_rate_of_a_grid_window() {
     // 20 req/s in the current window, a slow level of 5 and a decayed peak of 8: until
     // the change point the window's rate is known, so every standing level plans for at
