@@ -1002,7 +1002,7 @@ impl Planner {
             drain_s: self.drain_horizon(),
             ramp: if !self.coarse_grid() { self.ramp_floor(t) } else { 0.0 },
             on_grid: self.grid.period().is_some(),
-            rate_cold: self.cold_rate(),
+            rate_cold: self.cold_rate(t),
         }
     }
 
@@ -1024,30 +1024,16 @@ impl Planner {
         }
     }
 
-    /// The arrival rate a backlog is projected with while no replica is ready (see
+    /// The arrival rate a backlog is projected with at `t` while no replica is ready (see
     /// `counterfactual::projection_rate`): off a grid, the higher of the 1-minute mean and the
     /// last decision interval's mean; on a grid the window's rate already is the current one.
-    fn cold_rate(&self) -> f64 {
+    fn cold_rate(&self, t: f64) -> f64 {
         let rate = self.shortfall_rate();
         if self.grid.period().is_some() {
             return rate;
         }
-        let Some(&(t_end, _, _)) = self.fine.back() else {
-            return rate;
-        };
-        let (mut mass, mut dt) = (0.0, 0.0);
-        for &(t, d, m) in self.fine.iter().rev() {
-            if t <= t_end - self.cfg.interval_s + 1e-9 {
-                break;
-            }
-            mass += m;
-            dt += d;
-        }
-        if dt > 0.0 {
-            rate.max(mass / dt)
-        } else {
-            rate
-        }
+        let i = self.cfg.interval_s;
+        rate.max(self.history.mass_between(t - i, t) / i)
     }
 
     /// A window grid whose windows outlast the horizon: the rate until the next change is

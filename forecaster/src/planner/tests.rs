@@ -1036,7 +1036,7 @@ fn a_fleet_at_zero_projects_a_burst_backlog_at_the_bursts_rate_not_the_minutes_m
     }
     let minute = p.shortfall_rate();
     assert!(minute < 5.0, "the 1-minute mean {minute} should lag the burst");
-    assert!((p.cold_rate() - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate());
+    assert!((p.cold_rate(t) - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate(t));
     // A fleet with replicas serving projects with the minute's mean as before.
     let (mut at_zero, serving) = (p.clone(), p);
     let d = at_zero.plan(t, 0, 0);
@@ -1053,7 +1053,7 @@ fn the_cold_rate_reads_samples_of_any_length_as_their_mean() {
     // 10 req/s however it overlaps the last decision interval, and no sample at all leaves
     // the 1-minute mean.
     let mut p = planner(60.0);
-    assert_eq!(p.cold_rate(), p.shortfall_rate());
+    assert_eq!(p.cold_rate(0.0), p.shortfall_rate());
     let mut t = 0.0;
     for _ in 0..20 {
         t += 60.0;
@@ -1061,8 +1061,8 @@ fn the_cold_rate_reads_samples_of_any_length_as_their_mean() {
     }
     t += 60.0;
     p.observe(t, 60.0, 600.0, 0.0);
-    assert!((p.cold_rate() - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate());
-    assert!(p.cold_rate() >= p.shortfall_rate());
+    assert!((p.cold_rate(t) - 10.0).abs() < 1e-9, "cold rate {}", p.cold_rate(t));
+    assert!(p.cold_rate(t) >= p.shortfall_rate());
 }
 
 #[test]
