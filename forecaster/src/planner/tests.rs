@@ -982,6 +982,21 @@ fn a_step_on_a_grid_orders_its_whole_drain_at_once() {
     assert!(d.desired >= want, "ordered {} < {want} ({})", d.desired, d.reason);
 }
 
+/// 40 minutes of a request log without a window grid: `base` plus an irregular 0..`spread`
+/// arrivals per 15-s interval, planned with `ready` replicas; returns the last time fed.
+fn feed_irregular_log(p: &mut Planner, base: f64, spread: u64, ready: u32) -> f64 {
+    let mut t = 0.0;
+    let mut k = 0u64;
+    while t < 2400.0 {
+        let a = base + ((k * 7919) % spread) as f64;
+        t += 15.0;
+        p.observe(t, 15.0, a, 0.0);
+        p.plan(t, ready, 0);
+        k += 1;
+    }
+    t
+}
+
 #[test]
 fn off_a_grid_a_burst_backlog_is_drained_over_two_decisions() {
     // A request log (no window grid) of about 3 req/s, μ = 1, W = 60 s, SLO 5 s, 8
@@ -990,16 +1005,8 @@ fn off_a_grid_a_burst_backlog_is_drained_over_two_decisions() {
     // (6 s, 20 replicas that the next decision would cancel while still warming).
     let mut p = planner(60.0);
     assert_eq!(p.drain_horizon(), 30.0);
-    let mut t = 0.0;
-    let mut k = 0u64;
-    while t < 2400.0 {
-        // 30–60 arrivals per interval, irregular.
-        let a = 30.0 + ((k * 7919) % 31) as f64;
-        t += 15.0;
-        p.observe(t, 15.0, a, 0.0);
-        p.plan(t, 8, 0);
-        k += 1;
-    }
+    // 30–60 arrivals per interval, irregular.
+    let mut t = feed_irregular_log(&mut p, 30.0, 31, 8);
     assert_eq!(p.grid.period(), None);
     let (mut with_backlog, mut without) = (p.clone(), p);
     t += 15.0;
@@ -1018,15 +1025,7 @@ fn a_fleet_at_zero_projects_a_burst_backlog_at_the_bursts_rate_not_the_minutes_m
     // meet when it is ready grows at the burst's own rate, 10 req/s over W: (150 + 600) /
     // 30 s = 25 replicas for the drain alone, where the minute's mean would order about 11.
     let mut p = planner(60.0);
-    let mut t = 0.0;
-    let mut k = 0u64;
-    while t < 2400.0 {
-        let a = 10.0 + ((k * 7919) % 11) as f64;
-        t += 15.0;
-        p.observe(t, 15.0, a, 0.0);
-        p.plan(t, 2, 0);
-        k += 1;
-    }
+    let mut t = feed_irregular_log(&mut p, 10.0, 11, 2);
     assert_eq!(p.grid.period(), None);
     let mut b = 0.0;
     for _ in 0..15 {
