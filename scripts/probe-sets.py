@@ -111,28 +111,27 @@ def servegen(_out):
     ]
 
 
+def clients(caps):
+    """Held-out ServeGen clients `{chunk: capacity}` at SLO 5 s: capacity 0.5 req/s, 0.25 where
+    three quarters of the windows are idle."""
+    return [f"{HELDOUT}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+
+
 def servegen2(_out):
-    # Seven more clients, every 20th chunk from 20 to 140 (picked by number, not by
-    # behaviour); capacity 0.5 req/s, 0.25 where three quarters of the windows are idle.
-    h = HELDOUT
-    caps = {20: 0.5, 40: 0.25, 60: 0.25, 80: 0.5, 100: 0.5, 120: 0.5, 140: 0.5}
-    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+    # Seven more clients, every 20th chunk from 20 to 140 (picked by number, not by behaviour).
+    return clients({20: 0.5, 40: 0.25, 60: 0.25, 80: 0.5, 100: 0.5, 120: 0.5, 140: 0.5})
 
 
 def servegen3(_out):
     # Seven more, every 20th chunk from 30 to 150 (session 25; picked by number before any was
-    # replayed), capacities by the same rule as servegen2.
-    h = HELDOUT
-    caps = {30: 0.25, 50: 0.25, 70: 0.25, 90: 0.25, 110: 0.5, 130: 0.25, 150: 0.25}
-    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+    # replayed).
+    return clients({30: 0.25, 50: 0.25, 70: 0.25, 90: 0.25, 110: 0.5, 130: 0.25, 150: 0.25})
 
 
 def servegen4(_out):
     # Seven more (session 25, after the session's planner changes were made: a clean check of
     # them): chunks 10, 25, 45, 65, 85, 105, 125, picked by number before any was replayed.
-    h = HELDOUT
-    caps = {10: 0.5, 25: 0.5, 45: 0.5, 65: 0.25, 85: 0.25, 105: 0.25, 125: 0.25}
-    return [f"{h}/servegen-m-large-chunk-{n}.csv:{cap}:5" for n, cap in caps.items()]
+    return clients({10: 0.5, 25: 0.5, 45: 0.5, 65: 0.25, 85: 0.25, 105: 0.25, 125: 0.25})
 
 
 def conv(_out):
