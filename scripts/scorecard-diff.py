@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Compare two scorecard batteries (scripts/scorecard-sets.sh) scenario by scenario.
+
+    scripts/scorecard-diff.py BEFORE_DIR AFTER_DIR
+
+For every set logged in both directories, prints each scenario whose prescale attainment or
+GPU-hours changed (variants too, from the dev log's per-scenario lines), marks a scenario that
+starts or stops passing rule 1 (attainment ≥ reactive's and GPU-hours ≤ reactive's) as NEWLOSS
+or NEWWIN, and prints the rule-2 lines that changed. Exits 1 when any scenario is a NEWLOSS.
+"""
+
+import glob
+import os
+import re
+import signal
+import sys
+
+ROW = re.compile(
+    r"^(\S+)\s+(\d+) \|\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+\d+\s+[\d.]+ \|\s+([\d.]+)\s+([\d.]+)"
+)
+VARIANT = re.compile(
+    r"^\s+(\S+) (\S+)\s+W=(\d+)\s*: pre\s+([\d.]+)%\s+([\d.]+) GPUh \| rea\s+([\d.]+)%\s+([\d.]+) GPUh"
+)
+EPS = 1e-9
+
+
+def parse(path):
+    """{(scenario, W): (pre att %, pre GPU-h, reactive att %, reactive GPU-h)} and rule-2 lines."""
+    rows, rules = {}, []
+    with open(path) as f:
+        for line in f:
+            m = ROW.match(line)
+            if m:
+                rows[(m.group(1), int(m.group(2)))] = tuple(float(m.group(i)) for i in (3, 4, 5, 6))
+                continue
+            m = VARIANT.match(line)
+            if m:
+                key = (m.group(1) + ":" + m.group(2), int(m.group(3)))
+                rows[key] = tuple(float(m.group(i)) for i in (4, 5, 6, 7))
+                continue
+            if line.startswith(("rule 2", "variant")):
+                rules.append(line.strip())
+    return rows, rules
+
+
+def passes(r):
+    return r[0] >= r[2] - EPS and r[1] <= r[3] + EPS
+
+
+def main():
+    # Piped into `head`: stop quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if len(sys.argv) != 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    before, after = sys.argv[1], sys.argv[2]
+    new_losses = 0
+    for fa in sorted(glob.glob(os.path.join(before, "*.log"))):
+        name = os.path.basename(fa)[:-4]
+        fb = os.path.join(after, name + ".log")
+        if not os.path.exists(fb):
+            continue
+        (ra, la), (rb, lb) = parse(fa), parse(fb)
+        for key in sorted(ra):
+            if key not in rb:
+                continue
+            a, b = ra[key], rb[key]
+            if abs(a[0] - b[0]) < EPS and abs(a[1] - b[1]) < EPS:
+                continue
+            flag = ""
+            if passes(a) and not passes(b):
+                flag, new_losses = "NEWLOSS", new_losses + 1
+            elif passes(b) and not passes(a):
+                flag = "NEWWIN"
+            gpu = 100.0 * (b[1] - a[1]) / max(a[1], EPS)
+            print(
+                f"{name:10} {key[0]:42} W={key[1]:<3} att {a[0]:8.3f} -> {b[0]:8.3f} ({b[0] - a[0]:+7.3f})"
+                f"  GPUh {a[1]:9.2f} -> {b[1]:9.2f} ({gpu:+6.2f}%)  reactive {b[2]:.3f} % {b[3]:.1f} {flag}"
+            )
+        for x, y in zip(la, lb):
+            if x != y:
+                print(f"{name:10} before: {x}\n{name:10} after:  {y}")
+    return 1 if new_losses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
