@@ -57,6 +57,8 @@ def main():
     new_losses = 0
     for fa in sorted(glob.glob(os.path.join(before, "*.log"))):
         name = os.path.basename(fa)[:-4]
+        if name == "build":
+            continue
         fb = os.path.join(after, name + ".log")
         if not os.path.exists(fb):
             continue

@@ -26,7 +26,7 @@ fi
 mkdir -p "$out"
 
 # Build once and take the bench executable from cargo's own report of it.
-bin=$(cd "$root" && cargo bench -p prescale-forecaster --bench scorecard --no-run --message-format=json 2>/dev/null |
+bin=$(cd "$root" && cargo bench -p prescale-forecaster --bench scorecard --no-run --message-format=json 2>"$out/build.log" |
   python3 -c 'import json,sys
 for line in sys.stdin:
     try:
@@ -36,7 +36,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "scorecard":
         print(m["executable"])')
 if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-  echo "could not build the scorecard bench (cargo bench -p prescale-forecaster --bench scorecard --no-run)" >&2
+  echo "could not build the scorecard bench (cargo bench -p prescale-forecaster --bench scorecard --no-run); see $out/build.log" >&2
   exit 1
 fi
 
