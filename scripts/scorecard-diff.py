@@ -15,36 +15,57 @@ import re
 import signal
 import sys
 
+EPS = 1e-9
+
 ROW = re.compile(
     r"^(\S+)\s+(\d+) \|\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+\d+\s+[\d.]+ \|\s+([\d.]+)\s+([\d.]+)"
+    r".*\|\s+(pass|FAIL)\s+\S+\s*$"
 )
 VARIANT = re.compile(
     r"^\s+(\S+) (\S+)\s+W=(\d+)\s*: pre\s+([\d.]+)%\s+([\d.]+) GPUh \| rea\s+([\d.]+)%\s+([\d.]+) GPUh"
 )
-EPS = 1e-9
+VARIANT_SUMMARY = re.compile(r"^variant (\S+): rule 1")
+VARIANT_FAIL = re.compile(r"^\s+rule 1 fails: (\S+) W=(\d+):")
 
 
 def parse(path):
-    """{(scenario, W): (pre att %, pre GPU-h, reactive att %, reactive GPU-h)} and rule-2 lines."""
-    rows, rules = {}, []
+    """Per scenario (scenario, W): (pre att %, pre GPU-h, reactive att %, reactive GPU-h, rule 1
+    passed), and the rule-2 lines.
+
+    Rule 1 is read from the scorecard's own verdict (the R1 column, and a variant's "rule 1
+    fails" lines), not recomputed: a variant's per-scenario GPU-hours are printed to 0.1, and a
+    cost loss by less than that would look like a tie.
+    """
+    rows, rules, failed = {}, [], set()
+    label = None
     with open(path) as f:
         for line in f:
             m = ROW.match(line)
             if m:
-                rows[(m.group(1), int(m.group(2)))] = tuple(float(m.group(i)) for i in (3, 4, 5, 6))
+                vals = tuple(float(m.group(i)) for i in (3, 4, 5, 6))
+                rows[(m.group(1), int(m.group(2)))] = vals + (m.group(7) == "pass",)
                 continue
             m = VARIANT.match(line)
             if m:
                 key = (m.group(1) + ":" + m.group(2), int(m.group(3)))
-                rows[key] = tuple(float(m.group(i)) for i in (4, 5, 6, 7))
+                rows[key] = tuple(float(m.group(i)) for i in (4, 5, 6, 7)) + (True,)
                 continue
+            m = VARIANT_SUMMARY.match(line)
+            if m:
+                label = m.group(1)
+            m = VARIANT_FAIL.match(line)
+            if m and label:
+                failed.add((label + ":" + m.group(1), int(m.group(2))))
             if line.startswith(("rule 2", "variant")):
                 rules.append(line.strip())
+    for key in failed:
+        if key in rows:
+            rows[key] = rows[key][:4] + (False,)
     return rows, rules
 
 
 def passes(r):
-    return r[0] >= r[2] - EPS and r[1] <= r[3] + EPS
+    return r[4]
 
 
 def main():
