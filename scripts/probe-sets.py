@@ -18,6 +18,8 @@ probe set; the derived sets are written under OUT_DIR (default `target/probes`):
     PRESCALE_TRACE_SET=$(scripts/probe-sets.py fine) \\
         cargo bench -p prescale-forecaster --bench scorecard
 
+`--list` prints the sets' names (what scripts/scorecard-sets.sh runs by default).
+
 Capacities follow the dev traces' README: 25 req/s for the 14-day aggregate, 0.5 for the
 single clients, 0.25 for the scale-to-zero one; SLO 5 s.
 """
@@ -153,9 +155,15 @@ SETS = {
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("set", choices=sorted(SETS))
+    ap.add_argument("set", nargs="?", choices=sorted(SETS))
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "probes"), help="where derived traces go")
+    ap.add_argument("--list", action="store_true", help="print the names of the sets, in order, and exit")
     a = ap.parse_args()
+    if a.list:
+        print(" ".join(SETS))
+        return
+    if a.set is None:
+        ap.error("a probe set is required (or --list)")
     if not os.path.isdir(DEV):
         sys.exit(f"probe-sets: the dev traces are not at {DEV}")
     os.makedirs(a.out, exist_ok=True)

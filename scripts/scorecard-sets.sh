@@ -6,8 +6,9 @@
 #
 #   scripts/scorecard-sets.sh OUT_DIR [SET ...]
 #
-# SET is `dev` or any set of scripts/probe-sets.py (default: dev and all of them). Sets run
-# JOBS at a time (default 2); the whole battery takes about 4 minutes on 2 cores once built.
+# SET is `dev` or any set of scripts/probe-sets.py (default: dev and every set that
+# `probe-sets.py --list` names). Sets run JOBS at a time (default 2); the whole battery takes
+# about 4 minutes on 2 cores once built.
 # Environment variables set by the caller (CARGO_TARGET_DIR, experiment switches) reach
 # every run.
 set -euo pipefail
@@ -21,7 +22,8 @@ out=$1
 shift
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then
-  sets=(dev coarse fine alt servegen servegen2 servegen3 servegen4 conv)
+  read -r -a probes <<<"$(python3 "$root/scripts/probe-sets.py" --list)"
+  sets=(dev "${probes[@]}")
 fi
 mkdir -p "$out"
 
