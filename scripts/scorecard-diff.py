@@ -6,7 +6,8 @@
 For every set logged in both directories, prints each scenario whose prescale attainment or
 GPU-hours changed (variants too, from the dev log's per-scenario lines), marks a scenario that
 starts or stops passing rule 1 (attainment ≥ reactive's and GPU-hours ≤ reactive's) as NEWLOSS
-or NEWWIN, and prints the rule-2 lines that changed. Exits 1 when any scenario is a NEWLOSS.
+or NEWWIN, and prints the rule-2 lines that changed. Exits 1 when any scenario is a NEWLOSS,
+2 when a log holds no scenario rows (a crashed run or a changed table).
 """
 
 import glob
@@ -84,6 +85,12 @@ def main():
         if not os.path.exists(fb):
             continue
         (ra, la), (rb, lb) = parse(fa), parse(fb)
+        # A run that crashed, or a scorecard whose table changed shape, parses to nothing:
+        # that is not "no change".
+        for path, rows in ((fa, ra), (fb, rb)):
+            if not rows:
+                print(f"scorecard-diff: no scenario rows in {path}", file=sys.stderr)
+                return 2
         for key in sorted(ra):
             if key not in rb:
                 continue
