@@ -13,23 +13,56 @@ use prescale_forecaster::SimResult;
 
 use super::Summary;
 
-/// At most this many points per series: bucket max keeps every peak visible.
+/// At most this many points per series (about one per pixel column of the plotting area).
 const MAX_POINTS: usize = 1500;
 
-fn downsample(xs: &[f64], ys: &[f64]) -> Vec<(f64, f64)> {
+/// One point of a downsampled series: the bucket's first x, and the smallest, mean and
+/// largest y of the samples in it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    x: f64,
+    lo: f64,
+    mean: f64,
+    hi: f64,
+}
+
+/// Downsample to at most [`MAX_POINTS`] buckets of consecutive samples (equally spaced, as
+/// the replay's per-decision series are). A bucket keeps its mean, which is what the fleet
+/// costs over it, and its range, which keeps every peak: on a 14-day replay a bucket spans
+/// about 13 minutes, and the planner's margin pulses (replicas ordered for a change point and
+/// released after it) would draw a line at the pulse's top if the bucket's maximum stood for
+/// it (before session 27 it did, and the plan looked twice the demand on calm days when its
+/// mean was 1.4× it).
+fn buckets(xs: &[f64], ys: &[f64]) -> Vec<Bucket> {
     let n = xs.len().min(ys.len());
-    if n <= MAX_POINTS {
-        return (0..n).map(|i| (xs[i], ys[i])).collect();
-    }
-    let per = n.div_ceil(MAX_POINTS);
+    let per = n.div_ceil(MAX_POINTS).max(1);
     (0..n)
         .step_by(per)
         .map(|i| {
-            let end = (i + per).min(n);
-            let y = ys[i..end].iter().copied().fold(f64::MIN, f64::max);
-            (xs[i], y)
+            let ys = &ys[i..(i + per).min(n)];
+            let (lo, hi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &y| (l.min(y), h.max(y)));
+            Bucket { x: xs[i], lo, mean: ys.iter().sum::<f64>() / ys.len() as f64, hi }
         })
         .collect()
+}
+
+/// The bucket maxima (the backlog is drawn by its peaks: a queue that formed is the news).
+fn maxima(b: &[Bucket]) -> Vec<(f64, f64)> {
+    b.iter().map(|b| (b.x, b.hi)).collect()
+}
+
+/// The bucket means.
+fn means(b: &[Bucket]) -> Vec<(f64, f64)> {
+    b.iter().map(|b| (b.x, b.mean)).collect()
+}
+
+/// The closed outline of the buckets' ranges (highs left to right, lows back), or nothing
+/// where no bucket has a range to show (fewer samples than points: every bucket is one).
+fn band(b: &[Bucket]) -> Vec<(f64, f64)> {
+    if b.iter().all(|b| b.hi - b.lo < 1e-9) {
+        return Vec::new();
+    }
+    b.iter().map(|b| (b.x, b.hi)).chain(b.iter().rev().map(|b| (b.x, b.lo))).collect()
 }
 
 /// Whether `path` asks for a PNG (by its extension, any case); anything else is SVG.
@@ -118,7 +151,7 @@ fn draw_on<DB: DrawingBackend>(
         chart.configure_secondary_axes().y_desc("backlog (requests)").draw().map_err(|e| e.to_string())?;
         let backlog_color = RGBColor(214, 39, 40);
         chart
-            .draw_secondary_series(AreaSeries::new(downsample(&hours, &backlog), 0.0, backlog_color.mix(0.25)))
+            .draw_secondary_series(AreaSeries::new(maxima(&buckets(&hours, &backlog)), 0.0, backlog_color.mix(0.25)))
             .map_err(|e| e.to_string())?
             .label("backlog (right)")
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], backlog_color.mix(0.35).filled()));
@@ -127,14 +160,40 @@ fn draw_on<DB: DrawingBackend>(
             ("ready replicas", &ready, RGBColor(31, 119, 180)),
             ("plan (desired)", &plan, RGBColor(255, 127, 14)),
         ];
-        for (label, ys, color) in series {
+        let bucketed: Vec<Vec<Bucket>> = series.iter().map(|(_, ys, _)| buckets(&hours, ys)).collect();
+        // What one drawn point spans, for the legend (e.g. "13.5 min" on a 14-day replay).
+        let span_s = hours.len().div_ceil(MAX_POINTS).max(1) as f64 * interval;
+        let span = if span_s >= 3600.0 {
+            format!("{:.1} h", span_s / 3600.0)
+        } else if span_s >= 60.0 {
+            format!("{:.1} min", span_s / 60.0)
+        } else {
+            format!("{span_s:.0} s")
+        };
+        // The plan's and the ready fleet's ranges within each bucket, under every line.
+        for ((label, _, color), b) in series.iter().zip(&bucketed).skip(1) {
+            let outline = band(b);
+            if outline.is_empty() {
+                continue;
+            }
+            let fill = color.mix(0.18);
+            chart
+                .draw_series(std::iter::once(Polygon::new(outline, fill.filled())))
+                .map_err(|e| e.to_string())?
+                .label(format!("{label}: min–max per {span}"))
+                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], fill.filled()));
+        }
+        for ((label, _, color), b) in series.iter().zip(&bucketed) {
+            let (label, color) = (*label, *color);
             let style = color.stroke_width(if label.starts_with("demand") { 1 } else { 2 });
-            let points = downsample(&hours, ys);
+            let points = means(b);
             let drawn = if lines == Lines::Segments {
                 chart.draw_series(points.windows(2).map(|p| PathElement::new(vec![p[0], p[1]], style)))
             } else {
                 chart.draw_series(LineSeries::new(points, style))
             };
+            let label =
+                if bucketed[0].len() < hours.len() { format!("{label}: mean per {span}") } else { label.to_string() };
             drawn
                 .map_err(|e| e.to_string())?
                 .label(label)
@@ -170,6 +229,32 @@ mod tests {
             text.push_str(&format!("{},{rate}\n", k * 600));
         }
         text
+    }
+
+    /// A plan that pulses (8 replicas, 16 for a quarter of each 10-minute window, as margin
+    /// replicas ordered for a change point do) is drawn at its mean with its range as a band,
+    /// not at the pulses' top; a short series is drawn as it is.
+    #[test]
+    fn a_pulsing_plan_is_drawn_at_its_mean_with_its_range_as_a_band() {
+        let n = 14 * 86400 / 15;
+        let xs: Vec<f64> = (0..n).map(|k| k as f64 * 15.0 / 3600.0).collect();
+        let ys: Vec<f64> = (0..n).map(|k| if k % 40 < 10 { 16.0 } else { 8.0 }).collect();
+        let b = super::buckets(&xs, &ys);
+        assert!(b.len() <= super::MAX_POINTS && b.len() > super::MAX_POINTS / 2, "{} buckets", b.len());
+        let total = b.iter().map(|b| b.mean).sum::<f64>() / b.len() as f64;
+        assert!((total - 10.0).abs() < 0.1, "mean of the means {total}");
+        // Every full bucket (54 decisions, 13.5 minutes) holds a pulse; the last is shorter.
+        assert!(b[..b.len() - 1].iter().all(|b| b.lo == 8.0 && b.hi == 16.0 && b.mean > 8.0 && b.mean < 16.0));
+        let outline = super::band(&b);
+        assert_eq!(outline.len(), 2 * b.len());
+        assert_eq!(outline[0], (b[0].x, 16.0));
+        assert_eq!(outline[outline.len() - 1], (b[0].x, 8.0));
+
+        let short = super::buckets(&xs[..100], &ys[..100]);
+        assert_eq!(short.len(), 100);
+        assert!(short.iter().zip(&ys).all(|(b, &y)| b.lo == y && b.mean == y && b.hi == y));
+        assert!(super::band(&short).is_empty());
+        assert!(super::buckets(&[], &[]).is_empty());
     }
 
     #[test]
