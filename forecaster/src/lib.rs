@@ -13,7 +13,7 @@ pub mod idle;
 pub mod models;
 pub mod planner;
 pub mod prescale_policy;
-pub use planner::{Decision, Fallback, ForecastModel, Planner, PlannerConfig, RateRule, Reason, WarmupDist};
+pub use planner::{Decision, Fallback, ForecastModel, Margin, Planner, PlannerConfig, RateRule, Reason, WarmupDist};
 pub use prescale_policy::PrescalePolicy;
 pub mod oracle;
 pub mod reactive;

@@ -119,6 +119,20 @@ impl Cand {
     }
 }
 
+impl Cand {
+    /// The margin this candidate plans with, as a decision's reason names it.
+    pub(super) fn margin(&self) -> Margin {
+        if self.level == 0 {
+            Margin::Forecast { q: CF_QS[self.q.min(CF_NQ - 1)] }
+        } else if self.level < CF_LEVELS.len() {
+            Margin::MeanLevel { share: CF_LEVELS[self.level] }
+        } else {
+            let (share, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
+            Margin::PeakLevel { share, half_life_s: PEAK_HALF_LIVES_S[h] }
+        }
+    }
+}
+
 impl fmt::Display for Cand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.level == 0 {
@@ -131,12 +145,7 @@ impl fmt::Display for Cand {
                 _ => write!(f, ", no wake ahead of arrivals"),
             }
         } else {
-            if self.level < CF_LEVELS.len() {
-                write!(f, "standing level {}× the 30-min mean rate", CF_LEVELS[self.level])?;
-            } else {
-                let (k, h) = CF_PEAKS[(self.level - CF_LEVELS.len()).min(CF_PEAKS.len() - 1)];
-                write!(f, "standing level {k}× the peak demand (half-life {} min)", PEAK_HALF_LIVES_S[h] / 60.0)?;
-            }
+            write!(f, "{}", self.margin())?;
             if self.level_gated() {
                 write!(f, ", waking from zero on a grid at p≥{LEVEL_WAKE_P}")?;
             }

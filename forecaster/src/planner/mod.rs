@@ -1192,7 +1192,7 @@ impl Planner {
                 Reason::PreScale {
                     peak: fc.upper,
                     at_s: fc.next_change_s.unwrap_or(fc.horizon_s).min(fc.horizon_s),
-                    q: fc.quantile,
+                    margin: cand.margin(),
                 }
             } else if need < n {
                 Reason::ScaleIn { peak: fc.upper }

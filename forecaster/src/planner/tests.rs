@@ -1427,3 +1427,43 @@ fn periodic_bursts_cost_less_than_reactive_at_close_attainment() {
         r.score.gpu_hours
     );
 }
+
+#[test]
+fn a_pre_scale_names_the_margin_it_follows_not_a_forecast_quantile_it_did_not_use() {
+    // A young planner follows the conservative default, a standing level at the recent
+    // peak; its pre-scale orders say so instead of printing the unused forecast quantile
+    // slot (before session 27 every standing level read "forecast peak ... (q0.50)").
+    let mut p = planner(60.0);
+    let (mut t, mut young, mut warm) = (0.0, Vec::new(), Vec::new());
+    let rate = |t: f64| if ((t / 300.0).floor() as u64).is_multiple_of(2) { 2.0 } else { 6.0 };
+    while t < 3.0 * 3600.0 {
+        let r = rate(t);
+        t += 15.0;
+        p.observe(t, 15.0, r * 15.0, 0.0);
+        let followed = p.chosen_candidate();
+        let d = p.plan(t, r as u32, 0);
+        if let Reason::PreScale { margin, .. } = d.reason {
+            (if p.cf_warm() { &mut warm } else { &mut young }).push((margin, followed, d.reason.to_string()));
+        }
+    }
+    assert!(!young.is_empty(), "no pre-scale while young");
+    for (margin, followed, text) in young.iter().chain(&warm) {
+        assert_eq!(*margin, followed.margin(), "{text}");
+    }
+    let default = Cand::from_index(CF_N - 1).margin();
+    assert_eq!(default, Margin::PeakLevel { share: 1.0, half_life_s: 3600.0 });
+    let (_, _, text) = &young[0];
+    assert!(text.contains("standing level 1× the peak demand, half-life 60 min"), "{text}");
+    assert!(!text.contains("forecast") && !text.contains("q0."), "{text}");
+    // Every candidate's margin is the one its name describes.
+    for i in 0..CF_N {
+        let c = Cand::from_index(i);
+        let name = c.to_string();
+        match c.margin() {
+            Margin::Forecast { q } => assert!(c.level == 0 && q == CF_QS[c.q] && name.starts_with("forecast q")),
+            m => assert!(c.level > 0 && name.starts_with(&m.to_string()), "{m} vs {name}"),
+        }
+    }
+    let f = Reason::PreScale { peak: 10.0, at_s: 75.0, margin: Margin::Forecast { q: 0.99 } }.to_string();
+    assert_eq!(f, "pre-scale for forecast peak 10.000 rps at +75s (q0.99)");
+}

@@ -103,6 +103,29 @@ pub enum PlannerError {
     Quantile(f64),
 }
 
+/// The margin a pre-scale order follows (the candidate the counterfactual choice picked).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Margin {
+    /// An upper quantile of the demand forecast.
+    Forecast { q: f64 },
+    /// A standing level: `share` × the 30-minute mean arrival rate.
+    MeanLevel { share: f64 },
+    /// A standing level: `share` × a decaying peak of the effective demand.
+    PeakLevel { share: f64, half_life_s: f64 },
+}
+
+impl fmt::Display for Margin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Margin::Forecast { q } => write!(f, "q{q:.2}"),
+            Margin::MeanLevel { share } => write!(f, "standing level {share}× the 30-min mean rate"),
+            Margin::PeakLevel { share, half_life_s } => {
+                write!(f, "standing level {share}× the peak demand, half-life {:.0} min", half_life_s / 60.0)
+            }
+        }
+    }
+}
+
 /// Why the planner chose its answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reason {
@@ -110,10 +133,12 @@ pub enum Reason {
     Learning {
         demand: f64,
     },
+    /// Capacity ordered ahead of demand for `peak` (req/s) `at_s` from now, by the margin the
+    /// planner follows.
     PreScale {
         peak: f64,
         at_s: f64,
-        q: f64,
+        margin: Margin,
     },
     DrainBacklog {
         backlog: f64,
@@ -173,8 +198,11 @@ impl fmt::Display for Reason {
             Reason::Learning { demand } => {
                 write!(f, "learning: follow demand {demand:.3} rps with margin")
             }
-            Reason::PreScale { peak, at_s, q } => {
-                write!(f, "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s (q{q:.2})")
+            Reason::PreScale { peak, at_s, margin: m @ Margin::Forecast { .. } } => {
+                write!(f, "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s ({m})")
+            }
+            Reason::PreScale { peak, at_s, margin } => {
+                write!(f, "pre-scale to {peak:.3} rps ahead of +{at_s:.0}s ({margin})")
             }
             Reason::DrainBacklog { backlog } => write!(f, "drain backlog {backlog:.1}"),
             Reason::Hold => write!(f, "hold: forecast over W not below"),
@@ -289,7 +317,7 @@ pub struct BudgetStats {
     /// and the scale-in hold is off.
     pub spent: bool,
     /// The safety margin followed, e.g. `forecast q0.99, wake at p≥0.3 with the median
-    /// wake-up demand` or `standing level 0.75× the peak demand (half-life 60 min)`.
+    /// wake-up demand` or `standing level 0.75× the peak demand, half-life 60 min`.
     pub margin: Option<String>,
 }
 
