@@ -1192,7 +1192,9 @@ impl Planner {
                 Reason::PreScale {
                     peak: fc.upper,
                     at_s: fc.next_change_s.unwrap_or(fc.horizon_s).min(fc.horizon_s),
-                    margin: cand.margin(),
+                    // Between a grid's change points every candidate plans the window's
+                    // known rate (`cand_upper`).
+                    margin: if snap.regime == Regime::GridSteady { Margin::WindowRate } else { cand.margin() },
                 }
             } else if need < n {
                 Reason::ScaleIn { peak: fc.upper }

@@ -1441,18 +1441,29 @@ fn a_pre_scale_names_the_margin_it_follows_not_a_forecast_quantile_it_did_not_us
         t += 15.0;
         p.observe(t, 15.0, r * 15.0, 0.0);
         let followed = p.chosen_candidate();
-        let d = p.plan(t, r as u32, 0);
+        // One replica short of the window's rate in the second hour: between change points
+        // the planner orders the known rate, and says so.
+        let short = u32::from(t > 3600.0 && t < 7200.0);
+        let d = p.plan(t, r as u32 - short, 0);
         if let Reason::PreScale { margin, .. } = d.reason {
+            let followed = if p.cached_regime == Regime::GridSteady { None } else { Some(followed) };
             (if p.cf_warm() { &mut warm } else { &mut young }).push((margin, followed, d.reason.to_string()));
         }
     }
+    assert_eq!(p.grid.period(), Some(300.0));
     assert!(!young.is_empty(), "no pre-scale while young");
     for (margin, followed, text) in young.iter().chain(&warm) {
-        assert_eq!(*margin, followed.margin(), "{text}");
+        assert_eq!(*margin, followed.map_or(Margin::WindowRate, |c| c.margin()), "{text}");
     }
+    let known = warm.iter().filter(|(m, _, _)| *m == Margin::WindowRate).count();
+    assert!(known > 0 && known < warm.len(), "{known} of {} warm pre-scales at the window's rate", warm.len());
+    let (_, _, text) = warm.iter().find(|(m, _, _)| *m == Margin::WindowRate).unwrap();
+    assert!(
+        text.starts_with("scale up to ") && text.ends_with("the current window's rate, known until its change point")
+    );
     let default = Cand::from_index(CF_N - 1).margin();
     assert_eq!(default, Margin::PeakLevel { share: 1.0, half_life_s: 3600.0 });
-    let (_, _, text) = &young[0];
+    let (_, _, text) = young.iter().find(|(m, _, _)| *m != Margin::WindowRate).expect("a young margin");
     assert!(text.contains("standing level 1× the peak demand, half-life 60 min"), "{text}");
     assert!(!text.contains("forecast") && !text.contains("q0."), "{text}");
     // Every candidate's margin is the one its name describes.

@@ -112,6 +112,9 @@ pub enum Margin {
     MeanLevel { share: f64 },
     /// A standing level: `share` × a decaying peak of the effective demand.
     PeakLevel { share: f64, half_life_s: f64 },
+    /// On a window grid between change points: the current window's rate, known until the
+    /// next change point (no margin applies there).
+    WindowRate,
 }
 
 impl fmt::Display for Margin {
@@ -122,6 +125,7 @@ impl fmt::Display for Margin {
             Margin::PeakLevel { share, half_life_s } => {
                 write!(f, "standing level {share}× the peak demand, half-life {:.0} min", half_life_s / 60.0)
             }
+            Margin::WindowRate => write!(f, "the current window's rate, known until its change point"),
         }
     }
 }
@@ -200,6 +204,9 @@ impl fmt::Display for Reason {
             }
             Reason::PreScale { peak, at_s, margin: m @ Margin::Forecast { .. } } => {
                 write!(f, "pre-scale for forecast peak {peak:.3} rps at +{at_s:.0}s ({m})")
+            }
+            Reason::PreScale { peak, margin: Margin::WindowRate, .. } => {
+                write!(f, "scale up to {peak:.3} rps: {}", Margin::WindowRate)
             }
             Reason::PreScale { peak, at_s, margin } => {
                 write!(f, "pre-scale to {peak:.3} rps ahead of +{at_s:.0}s ({margin})")
