@@ -117,9 +117,7 @@ impl Cand {
     pub(super) fn wake_p(&self) -> f64 {
         CF_WAKES[if self.level > 0 { 0 } else { self.wake.min(CF_WAKES.len() - 1) }]
     }
-}
 
-impl Cand {
     /// The margin this candidate plans with, as a decision's reason names it.
     pub(super) fn margin(&self) -> Margin {
         if self.level == 0 {
@@ -186,6 +184,16 @@ pub(super) fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
         Regime::Generic | Regime::GridChange => {
             ((s.point + eps) * s.lr[c.q].exp() - eps).max(0.0).max(s.current).max(s.mix[c.q]).max(s.ramp)
         }
+    }
+}
+
+/// The margin behind `cand_upper(s, c, _)`, as a pre-scale's reason names it: between a
+/// grid's change points every candidate plans the window's known rate.
+pub(super) fn cand_margin(s: &OrderSnap, c: Cand) -> Margin {
+    if s.regime == Regime::GridSteady {
+        Margin::WindowRate
+    } else {
+        c.margin()
     }
 }
 

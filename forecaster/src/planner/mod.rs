@@ -1192,9 +1192,7 @@ impl Planner {
                 Reason::PreScale {
                     peak: fc.upper,
                     at_s: fc.next_change_s.unwrap_or(fc.horizon_s).min(fc.horizon_s),
-                    // Between a grid's change points every candidate plans the window's
-                    // known rate (`cand_upper`).
-                    margin: if snap.regime == Regime::GridSteady { Margin::WindowRate } else { cand.margin() },
+                    margin: cand_margin(&snap, cand),
                 }
             } else if need < n {
                 Reason::ScaleIn { peak: fc.upper }

@@ -35,7 +35,7 @@ struct Bucket {
 /// mean was 1.4× it).
 fn buckets(xs: &[f64], ys: &[f64]) -> Vec<Bucket> {
     let n = xs.len().min(ys.len());
-    let per = n.div_ceil(MAX_POINTS).max(1);
+    let per = bucket_len(n);
     (0..n)
         .step_by(per)
         .map(|i| {
@@ -44,6 +44,11 @@ fn buckets(xs: &[f64], ys: &[f64]) -> Vec<Bucket> {
             Bucket { x: xs[i], lo, mean: ys.iter().sum::<f64>() / ys.len() as f64, hi }
         })
         .collect()
+}
+
+/// Samples per bucket for a series of `n` (1 where it has at most [`MAX_POINTS`]).
+fn bucket_len(n: usize) -> usize {
+    n.div_ceil(MAX_POINTS).max(1)
 }
 
 /// The bucket maxima (the backlog is drawn by its peaks: a queue that formed is the news).
@@ -162,7 +167,8 @@ fn draw_on<DB: DrawingBackend>(
         ];
         let bucketed: Vec<Vec<Bucket>> = series.iter().map(|(_, ys, _)| buckets(&hours, ys)).collect();
         // What one drawn point spans, for the legend (e.g. "13.5 min" on a 14-day replay).
-        let span_s = hours.len().div_ceil(MAX_POINTS).max(1) as f64 * interval;
+        let per = bucket_len(hours.len());
+        let span_s = per as f64 * interval;
         let span = if span_s >= 3600.0 {
             format!("{:.1} h", span_s / 3600.0)
         } else if span_s >= 60.0 {
@@ -192,8 +198,7 @@ fn draw_on<DB: DrawingBackend>(
             } else {
                 chart.draw_series(LineSeries::new(points, style))
             };
-            let label =
-                if bucketed[0].len() < hours.len() { format!("{label}: mean per {span}") } else { label.to_string() };
+            let label = if per > 1 { format!("{label}: mean per {span}") } else { label.to_string() };
             drawn
                 .map_err(|e| e.to_string())?
                 .label(label)
