@@ -188,12 +188,13 @@ pub(super) fn cand_upper(s: &OrderSnap, c: Cand, eps: f64) -> f64 {
 }
 
 /// The margin behind `cand_upper(s, c, _)`, as a pre-scale's reason names it: between a
-/// grid's change points every candidate plans the window's known rate.
+/// grid's change points every candidate plans the window's known rate; with no demand right
+/// now a forecast margin plans a wake-up's demand.
 pub(super) fn cand_margin(s: &OrderSnap, c: Cand) -> Margin {
-    if s.regime == Regime::GridSteady {
-        Margin::WindowRate
-    } else {
-        c.margin()
+    match s.regime {
+        Regime::GridSteady => Margin::WindowRate,
+        Regime::Idle if c.level == 0 => Margin::WakeDemand { q: if c.wake >= CF_WAKE_HI_FROM { 0.9 } else { 0.5 } },
+        _ => c.margin(),
     }
 }
 

@@ -1478,3 +1478,44 @@ fn a_pre_scale_names_the_margin_it_follows_not_a_forecast_quantile_it_did_not_us
     let f = Reason::PreScale { peak: 10.0, at_s: 75.0, margin: Margin::Forecast { q: 0.99 } }.to_string();
     assert_eq!(f, "pre-scale for forecast peak 10.000 rps at +75s (q0.99)");
 }
+
+#[test]
+fn with_no_demand_a_forecast_margin_names_the_wake_up_demand_it_orders() {
+    // Idle (nothing arriving, on a grid before a change point or off one): a forecast
+    // margin orders the median or the q0.9 demand of past wake-ups once an arrival is
+    // likely enough, not a forecast quantile; a busy fleet that pre-scales there says so
+    // (before session 28 it printed the unused quantile slot).
+    let mut s = snap_at(0.0, 0.0);
+    s.regime = Regime::Idle;
+    s.p_arrival = 1.0;
+    s.wake_rate = 9.0;
+    s.wake_rate_lo = 3.0;
+    s.lr = [2.0; CF_QS.len()];
+    let mut seen = (0, 0);
+    for i in 0..CF_NQ * CF_WAKES.len() {
+        let c = Cand::from_index(i);
+        if !CF_WAKES[c.wake].is_finite() {
+            assert_eq!(cand_upper(&s, c, 0.05), 0.0, "{c}");
+            continue;
+        }
+        let planned = cand_upper(&s, c, 0.05);
+        let Margin::WakeDemand { q } = cand_margin(&s, c) else { panic!("{c} names {}", cand_margin(&s, c)) };
+        assert_eq!(planned, if q == 0.9 { 9.0 } else { 3.0 }, "{c} names q{q}");
+        if q == 0.9 {
+            seen.0 += 1;
+        } else {
+            assert_eq!(q, 0.5, "{c}");
+            seen.1 += 1;
+        }
+    }
+    assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");
+    // A standing level is its own margin whether or not demand is there.
+    let level = Cand::from_index(CF_N - 1);
+    assert_eq!(cand_margin(&s, level), level.margin());
+    // Once demand is back the same candidate names its forecast quantile again.
+    s.regime = Regime::Generic;
+    let c = Cand::from_index(3 * CF_WAKES.len() + CF_WAKE_HI_FROM);
+    assert_eq!(cand_margin(&s, c), Margin::Forecast { q: CF_QS[3] });
+    let text = Reason::PreScale { peak: 9.0, at_s: 60.0, margin: Margin::WakeDemand { q: 0.9 } }.to_string();
+    assert_eq!(text, "pre-scale to 9.000 rps ahead of +60s (the q0.90 demand of a wake-up after idle time)");
+}

@@ -115,6 +115,10 @@ pub enum Margin {
     /// On a window grid between change points: the current window's rate, known until the
     /// next change point (no margin applies there).
     WindowRate,
+    /// No demand right now: the `q` quantile (0.5 or 0.9) of the first interval's demand
+    /// after past idle spells, the wake-up a forecast margin orders for once an arrival
+    /// within W + I is likely enough.
+    WakeDemand { q: f64 },
 }
 
 impl fmt::Display for Margin {
@@ -126,6 +130,7 @@ impl fmt::Display for Margin {
                 write!(f, "standing level {share}× the peak demand, half-life {:.0} min", half_life_s / 60.0)
             }
             Margin::WindowRate => write!(f, "the current window's rate, known until its change point"),
+            Margin::WakeDemand { q } => write!(f, "the q{q:.2} demand of a wake-up after idle time"),
         }
     }
 }
