@@ -251,3 +251,54 @@ proptest! {
         prop_assert!((0.0..=1.0).contains(&s.step_momentum_slope), "step_momentum_slope {}", s.step_momentum_slope);
     }
 }
+
+#[test]
+fn a_decision_at_an_absurd_time_neither_panics_nor_spins() {
+    // Found by the `planner` fuzz target (scripts/fuzz.sh): `observe` ignores times past
+    // 1e12 s, but `plan` walked its interval counter up to such a time; at 1e300 s the
+    // counter saturated at i64::MAX and overflowed (a panic with overflow checks, an endless
+    // loop without). A decision at any time gives an answer in bounds, and time that far
+    // out does not move the planner: the next ordinary decision is what it would have been.
+    let mk = || {
+        let mut c = cfg(2.0, 120.0);
+        c.max_replicas = 40;
+        let mut p = Planner::new(c).unwrap();
+        for k in 1..=400 {
+            let t = f64::from(k) * 15.0;
+            p.observe(t, 15.0, 60.0 + 30.0 * (t / 900.0).sin(), 0.0);
+            p.plan(t, 10, 0);
+        }
+        p
+    };
+    let (mut plain, mut poked) = (mk(), mk());
+    for t in [1e300, f64::MAX, 9.3e18, 1e13, f64::INFINITY, f64::NAN, -5.0] {
+        let d = poked.plan(t, 10, 0);
+        assert!(d.desired <= 40, "{t}: {}", d.desired);
+    }
+    let t = 401.0 * 15.0;
+    poked.observe(t, 15.0, 70.0, 0.0);
+    plain.observe(t, 15.0, 70.0, 0.0);
+    assert_eq!(poked.plan(t, 10, 0), plain.plan(t, 10, 0));
+}
+
+#[test]
+fn an_interval_longer_than_a_day_is_refused_by_name() {
+    // Found by the `planner` fuzz target: an interval of f64::MAX was accepted, and every
+    // snapshot then walked the daily profile's slots across an endless horizon.
+    for bad in [f64::MAX, 1e12, 86_401.0, 0.5, f64::NAN] {
+        let mut c = cfg(1.0, 60.0);
+        c.interval_s = bad;
+        let err = Planner::new(c).unwrap_err().to_string();
+        assert!(err.contains("interval_s") && err.contains("86400"), "{bad}: {err}");
+    }
+    let mut c = cfg(1.0, 60.0);
+    c.interval_s = 86_400.0;
+    let mut p = Planner::new(c).unwrap();
+    for day in 1..=10 {
+        let t = f64::from(day) * 86_400.0;
+        p.observe(t, 86_400.0, 5_000.0, 0.0);
+        let d = p.plan(t, 1, 0);
+        assert!(d.desired >= 1 && d.forecast.point > 0.0, "{d:?}");
+    }
+    assert!(p.snapshot().idle.p_arrival_within_w > 0.0);
+}

@@ -86,6 +86,9 @@ pub use types::*;
 /// Width of the coarse (seasonal) step, seconds.
 const SEASON_STEP_S: f64 = 300.0;
 const DAY_STEPS: usize = 288;
+/// Latest time (seconds) the planner accepts, ~31,700 years of Unix time: later ones are not
+/// a clock's reading, and an interval count past them would overflow `i64`.
+const MAX_T_S: f64 = 1e12;
 const WEEK_STEPS: usize = 2016;
 /// Samples kept for the burst computation.
 const FINE_CAP: usize = 256;
@@ -326,7 +329,9 @@ impl Planner {
         if !(cfg.capacity.is_finite() && cfg.capacity > 0.0) {
             return Err(PlannerError::Capacity(cfg.capacity));
         }
-        if !(cfg.interval_s.is_finite() && cfg.interval_s >= 1.0) {
+        // A decision at most a day apart: the horizons built on it (W + I) must stay
+        // walkable slot by slot.
+        if !(1.0..=86400.0).contains(&cfg.interval_s) {
             return Err(PlannerError::Interval(cfg.interval_s));
         }
         if !(cfg.slo_s.is_finite() && cfg.slo_s >= 0.0) {
@@ -447,7 +452,7 @@ impl Planner {
     /// after the previous one, or with non-finite time, are ignored; NaN/negative masses
     /// count as 0.
     pub fn observe(&mut self, t_s: f64, dt_s: f64, arrivals: f64, backlog: f64) {
-        if !t_s.is_finite() || !(0.0..=1e12).contains(&t_s) {
+        if !t_s.is_finite() || !(0.0..=MAX_T_S).contains(&t_s) {
             return;
         }
         if let Some(l) = self.last_t {
@@ -912,8 +917,9 @@ impl Planner {
         let tau = self.idle.idle_for(t);
         let mut p = self.idle.hist.p_end_within(tau, h, 0.5);
         // Daily profile over the slots the horizon touches.
+        // (A horizon longer than a week visits every weekly slot once.)
         let s0 = (t / SEASON_STEP_S).floor() as i64;
-        let s1 = ((t + h) / SEASON_STEP_S).floor() as i64;
+        let s1 = ((t + h) / SEASON_STEP_S).floor().min(s0 as f64 + WEEK_STEPS as f64 - 1.0) as i64;
         let mut ps: f64 = 0.0;
         let mut s = s0;
         while s <= s1 {
@@ -1089,7 +1095,9 @@ impl Planner {
 
     /// Decide the desired replica count at `t` given the current fleet.
     pub fn plan(&mut self, t_s: f64, ready: u32, warming: u32) -> Decision {
-        let t = if t_s.is_finite() { t_s.max(0.0) } else { 0.0 };
+        // A time that is no clock's reading (not finite, negative, past `MAX_T_S`) is read as
+        // the last one observed, as `observe` ignores such a sample.
+        let t = if (0.0..=MAX_T_S).contains(&t_s) { t_s } else { self.last_t.unwrap_or(0.0) };
         let n = ready.saturating_add(warming);
         self.first_n.get_or_insert(n);
         if self.last_t.map(|l| t >= l).unwrap_or(true) {

@@ -91,7 +91,7 @@ impl PlannerConfig {
 pub enum PlannerError {
     #[error("capacity must be a finite number > 0, got {0}")]
     Capacity(f64),
-    #[error("interval_s must be a finite number ≥ 1, got {0}")]
+    #[error("interval_s must be a number of seconds in [1, 86400], got {0}")]
     Interval(f64),
     #[error("slo_s must be a finite number ≥ 0, got {0}")]
     Slo(f64),

@@ -670,6 +670,7 @@ impl ScalerState {
             .as_ref()
             .map(|d| predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica));
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
+        let mut planner_failed = false;
         if let (Some(p), Some(observed)) = (guard.as_mut(), observed_demand) {
             // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
             if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
@@ -688,42 +689,52 @@ impl ScalerState {
                 let ready = pods.pods.iter().filter(|(_, r)| *r).count();
                 p.observe_fleet(predict::PlannedFleet::from_pods(ready, pods.pods.len(), pods.spec_replicas));
             }
-            let dec = p.step(tick_ms as f64 / 1000.0, observed);
-            if let Some(c) = &self.cluster {
-                c.report_plan(&self.config.id, dec.desired);
-            }
-            let why = match &p.tolerance_note {
-                Some(note) => format!("{}; {note}", dec.reason),
-                None => dec.reason.to_string(),
-            };
-            if plan::planner_answers(self.config.planner.mode) {
-                answer = (dec.desired, format!("planner: {why}"));
-            } else {
-                answer.1 = format!(
-                    "shadow: answered reactively ({reactive_reason}); the planner would answer {}: {why}",
-                    dec.desired
-                );
-                if dec.desired != reactive {
-                    tracing::info!(scaled_object = %self.config.id, reactive, planner = dec.desired, reason = %why, "shadow: planner differs");
+            match step_guarded(p, &self.config.id, tick_ms as f64 / 1000.0, observed) {
+                None => planner_failed = true,
+                Some(dec) => {
+                    if let Some(c) = &self.cluster {
+                        c.report_plan(&self.config.id, dec.desired);
+                    }
+                    let why = match &p.tolerance_note {
+                        Some(note) => format!("{}; {note}", dec.reason),
+                        None => dec.reason.to_string(),
+                    };
+                    if plan::planner_answers(self.config.planner.mode) {
+                        answer = (dec.desired, format!("planner: {why}"));
+                    } else {
+                        answer.1 = format!(
+                            "shadow: answered reactively ({reactive_reason}); the planner would answer {}: {why}",
+                            dec.desired
+                        );
+                        if dec.desired != reactive {
+                            tracing::info!(scaled_object = %self.config.id, reactive, planner = dec.desired, reason = %why, "shadow: planner differs");
+                        }
+                    }
+                    planner = Some(serde_json::json!({
+                        "desired": dec.desired,
+                        "reason": why,
+                        "observedDemand": observed,
+                        "arrivalRate": arrival_rate,
+                        "warmupPlannedSeconds": p.planner().warmup_planned(),
+                        "forecast": dec.forecast,
+                        "fleet": {
+                            "ready": p.planned_from.ready,
+                            "warming": p.planned_from.warming,
+                            "from": p.planned_from.source(),
+                        },
+                    }));
                 }
             }
-            planner = Some(serde_json::json!({
-                "desired": dec.desired,
-                "reason": why,
-                "observedDemand": observed,
-                "arrivalRate": arrival_rate,
-                "warmupPlannedSeconds": p.planner().warmup_planned(),
-                "forecast": dec.forecast,
-                "fleet": {
-                    "ready": p.planned_from.ready,
-                    "warming": p.planned_from.warming,
-                    "from": p.planned_from.source(),
-                },
-            }));
         } else if let Some(err) = &self.predictor_error {
             answer.1 = format!("{reactive_reason} (planner disabled: {err})");
         } else if warming {
             answer.1 = format!("{reactive_reason} (the planner is warming from its history)");
+        }
+        if planner_failed {
+            // A fresh planner from the next tick (cold, as after a restart); this one answers
+            // reactively.
+            *guard = new_predictor(&self.config).ok();
+            answer.1 = format!("{reactive_reason} (the planner failed on this tick and restarts cold; see the log)");
         }
         if let (None, Some(c), Some(_)) = (guard.as_ref(), &self.cluster, demand.as_ref()) {
             c.report_plan(&self.config.id, answer.0); // reactive mode: the answer is the plan
@@ -741,6 +752,35 @@ impl ScalerState {
             signals,
             observed_demand,
             history: self.history.clone(),
+        }
+    }
+}
+
+/// One planner step, with a panic in it caught: a planner bug must not take the ScaledObject's
+/// task down (every later tick would go unanswered until prescale restarts). Logged, and None:
+/// the caller answers reactively and replaces the planner. The fuzzed inputs
+/// (`scripts/fuzz.sh`) give no panic; this is the guard for the ones nobody found.
+fn step_guarded(
+    p: &mut predict::Predictor,
+    id: &ScalerId,
+    t_s: f64,
+    demand: f64,
+) -> Option<prescale_forecaster::Decision> {
+    guarded(id, || p.step(t_s, demand))
+}
+
+/// `f()`, or None with the panic logged against the ScaledObject `id`.
+fn guarded<T>(id: &ScalerId, f: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => Some(v),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(scaled_object = %id, panic = %what, "the planner panicked; answering reactively and restarting it cold");
+            None
         }
     }
 }
@@ -802,4 +842,32 @@ async fn warm_from_history(
         tracing::warn!(scaled_object = %id, "{note}");
     }
     note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_a_planner_step_is_caught_and_named_not_passed_on() {
+        let id = ScalerId { namespace: "ml".into(), name: "llama".into() };
+        assert_eq!(guarded(&id, || 7), Some(7));
+        assert_eq!(guarded(&id, || -> u32 { panic!("index out of bounds") }), None);
+        let owned = String::from("formatted panic");
+        assert_eq!(guarded(&id, move || -> u32 { panic!("{owned}") }), None);
+        // A real planner steps through it unchanged.
+        let md: BTreeMap<String, String> =
+            [("prometheusServerAddress", "http://p:9090"), ("prometheusQuery", "up"), ("prometheusPerReplica", "1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let config = config::parse(&id, &md).expect("a minimal ScaledObject");
+        let mut p = new_predictor(&config).unwrap();
+        let mut q = new_predictor(&config).unwrap();
+        for k in 1..=20 {
+            let t = 1_800_000_000.0 + f64::from(k) * 5.0;
+            let guarded = step_guarded(&mut p, &id, t, 3.0).expect("no panic");
+            assert_eq!(guarded, q.step(t, 3.0));
+        }
+    }
 }
