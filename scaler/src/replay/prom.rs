@@ -77,6 +77,37 @@ pub struct Series {
 }
 
 /// Fetch the range as a [`Series`] (see [`fetch`] for the rules).
+/// Puts the samples of one successful `query_range` answer (`data.result`, at most one
+/// series) into `values`, slot `(t − start) / step`; samples outside the slots are dropped.
+/// A sample that is not a finite rate ≥ 0, or an answer of the wrong shape, is an error.
+pub fn place_samples(
+    body: &serde_json::Value,
+    start: i64,
+    step: u64,
+    values: &mut [Option<f64>],
+) -> Result<(), String> {
+    let result = body["data"]["result"].as_array().ok_or("no data.result in the answer")?;
+    match result.len() {
+        0 => return Ok(()),
+        1 => {}
+        k => return Err(format!("the query returned {k} series; it must return one (wrap it in sum(...))")),
+    }
+    let step = i64::try_from(step.max(1)).unwrap_or(i64::MAX);
+    for v in result[0]["values"].as_array().into_iter().flatten() {
+        let t = v[0].as_f64().filter(|t| t.is_finite()).ok_or("sample without a timestamp")?;
+        let x: f64 = v[1].as_str().and_then(|s| s.parse().ok()).ok_or("sample value is not a number")?;
+        if !x.is_finite() || x < 0.0 {
+            return Err(format!("sample at {t} is {x}: demand must be a finite rate ≥ 0"));
+        }
+        // A timestamp before `start` or far outside any slot (a misbehaving server) is dropped.
+        let slot = (t as i64).checked_sub(start).filter(|d| *d >= 0).map(|d| d / step);
+        if let Some(slot) = slot.and_then(|k| usize::try_from(k).ok()).and_then(|k| values.get_mut(k)) {
+            *slot = Some(x);
+        }
+    }
+    Ok(())
+}
+
 pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Series, String> {
     if q.end <= q.start {
         return Err(format!("--end ({}) must be after --start ({})", q.end, q.start));
@@ -108,23 +139,7 @@ pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Se
         if !status.is_success() || body["status"] != "success" {
             return Err(format!("Prometheus answered {status}: {}", body["error"].as_str().unwrap_or("no error text")));
         }
-        let result = body["data"]["result"].as_array().ok_or("no data.result in the answer")?;
-        match result.len() {
-            0 => continue,
-            1 => {}
-            k => return Err(format!("the query returned {k} series; it must return one (wrap it in sum(...))")),
-        }
-        for v in result[0]["values"].as_array().into_iter().flatten() {
-            let t = v[0].as_f64().ok_or("sample without a timestamp")? as i64;
-            let x: f64 = v[1].as_str().and_then(|s| s.parse().ok()).ok_or("sample value is not a number")?;
-            if !x.is_finite() || x < 0.0 {
-                return Err(format!("sample at {t} is {x}: demand must be a finite rate ≥ 0"));
-            }
-            let i = ((t - q.start) / step as i64) as usize;
-            if let Some(slot) = values.get_mut(i) {
-                *slot = Some(x);
-            }
-        }
+        place_samples(&body, q.start, step, &mut values)?;
     }
     let first = values.iter().position(Option::is_some).ok_or("the query returned no samples in the range")?;
     let last_sampled = values.iter().rposition(Option::is_some).unwrap_or(first);
@@ -185,6 +200,38 @@ mod tests {
         let q = RangeQuery { end: 3600, ..q };
         let err = fetch(&reqwest::Client::new(), &q).await.unwrap_err();
         assert!(!err.contains("366 days"), "an hour is fine: {err}");
+    }
+
+    #[test]
+    fn an_answer_is_placed_by_its_timestamps_and_a_misbehaving_one_loses_nothing_else() {
+        let answer = |values: &str| -> serde_json::Value {
+            serde_json::from_str(&format!(
+                r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{}},"values":{values}}}]}}}}"#
+            ))
+            .unwrap()
+        };
+        let mut v = vec![None; 4];
+        place_samples(&answer(r#"[[1000,"1.5"],[1030,"2"],[1045.0,"0"]]"#), 1000, 15, &mut v).unwrap();
+        assert_eq!(v, vec![Some(1.5), None, Some(2.0), Some(0.0)]);
+        // Timestamps before the start (once put in slot 0), past the end or absurd (-1e19
+        // once overflowed the subtraction) are dropped; the slots they do not name keep theirs.
+        let odd = r#"[[985,"7"],[-1e19,"7"],[9.3e18,"7"],[1e300,"7"],[1060,"7"],[1015,"3"]]"#;
+        place_samples(&answer(odd), 1000, 15, &mut v).unwrap();
+        assert_eq!(v, vec![Some(1.5), Some(3.0), Some(2.0), Some(0.0)]);
+        for (bad, why) in [
+            (answer(r#"[[1000,"NaN"]]"#), "finite rate"),
+            (answer(r#"[[1000,"-1"]]"#), "finite rate"),
+            (answer(r#"[[1000,"x"]]"#), "not a number"),
+            (answer(r#"[["t","1"]]"#), "timestamp"),
+            (serde_json::json!({"data": {}}), "data.result"),
+            (serde_json::json!({"data": {"result": [{}, {}]}}), "2 series"),
+        ] {
+            let err = place_samples(&bad, 1000, 15, &mut v).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let mut empty = vec![None; 4];
+        place_samples(&serde_json::json!({"data": {"result": []}}), 1000, 0, &mut empty).unwrap();
+        assert_eq!(empty, vec![None; 4]);
     }
 
     #[test]
