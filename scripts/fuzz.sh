@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the forecaster's input paths (libFuzzer through cargo-fuzz):
-# trace files and replays (`replay`), the planner as serve drives it (`planner`) and plan
-# CSVs (`plan_csv`). Not part of CI: it needs cargo-fuzz and runs for as long as asked.
+# Coverage-guided fuzzing of the input paths (libFuzzer through cargo-fuzz): trace files and
+# replays (`replay`), the planner as serve drives it (`planner`), plan CSVs (`plan_csv`) and
+# the text that reaches the scaler from outside (`scaler_text`). The fuzz crate's first build
+# compiles the whole scaler (~15 min on 2 cores). Not part of CI: it needs cargo-fuzz and runs for as long
+# as asked.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]     (default 300 s, every target)
 #
@@ -15,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(replay planner plan_csv)
+[ ${#targets[@]} -eq 0 ] && targets=(replay planner plan_csv scaler_text)
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "installing cargo-fuzz from crates.io" >&2
@@ -39,6 +41,18 @@ prefix = struct.pack("<dHfBBBB", 2.0, 120, 5.0, 15, 0, 0, 0)
 open(sys.argv[2], "wb").write(prefix + head)
 PY
     done
+  fi
+  # Seeds for the scaler's text: the example ScaledObjects (selector byte 0), a RabbitMQ
+  # trigger's metadata as `key=value` lines (1), a vLLM scrape (4), a label selector (5).
+  if [ "$t" = scaler_text ] && [ -z "$(ls -A "fuzz/corpus/$t")" ]; then
+    for f in examples/*.yaml; do
+      { printf '\000'; cat "$f"; } > "fuzz/corpus/$t/yaml-$(basename "$f")"
+    done
+    printf '\001rabbitmqHost=amqp://guest:guest@127.0.0.1:5672/\nrabbitmqQueueName=jobs\nwarmupSeconds=180\ncapacityPerReplica=2\n' \
+      > "fuzz/corpus/$t/metadata"
+    printf '\004# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 3\nvllm:num_requests_running{model_name="m"} 8\n' \
+      > "fuzz/corpus/$t/vllm"
+    printf '\005app=vllm,tier in (gpu,cpu),!canary' > "fuzz/corpus/$t/selector"
   fi
   echo "== $t: ${secs}s" >&2
   if ! cargo fuzz run --release "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" -timeout=60 -rss_limit_mb=4096 -max_len=65536; then

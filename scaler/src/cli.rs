@@ -73,8 +73,8 @@ pub struct ReplayArgs {
     /// Seconds of queueing a request may see.
     #[arg(long)]
     pub slo: Option<f64>,
-    /// Decision interval in seconds.
-    #[arg(long, default_value_t = 15)]
+    /// Decision interval in seconds (1 to 86,400).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub interval: u64,
     #[arg(long, default_value_t = 0)]
     pub min_replicas: u32,

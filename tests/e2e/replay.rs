@@ -238,6 +238,13 @@ fn replay_rejects_bad_input_clearly() {
     let (ok, _, err) = prescale(&["replay", "--trace", f.to_str().unwrap(), "--capacity", "1", "--slo", "5"]);
     assert!(!ok);
     assert!(err.contains("line 3") && err.contains("bad.csv"), "names the file and the line: {err}");
+    // A decision interval no planner can walk (above a day, or zero) is refused by the flag's
+    // name before the trace is read.
+    for bad in ["0", "86401"] {
+        let (ok, _, err) = prescale(&["replay", "--interval", bad, "--capacity", "1", "--slo", "5"]);
+        assert!(!ok);
+        assert!(err.contains("--interval") && err.contains("1..=86400"), "{bad}: {err}");
+    }
     let missing = dir.join("missing.csv");
     let (ok, _, err) = prescale(&["replay", "--trace", missing.to_str().unwrap(), "--capacity", "1", "--slo", "5"]);
     assert!(!ok);

@@ -86,10 +86,10 @@ pub use types::*;
 /// Width of the coarse (seasonal) step, seconds.
 const SEASON_STEP_S: f64 = 300.0;
 const DAY_STEPS: usize = 288;
+const WEEK_STEPS: usize = 2016;
 /// Latest time (seconds) the planner accepts, ~31,700 years of Unix time: later ones are not
 /// a clock's reading, and an interval count past them would overflow `i64`.
 const MAX_T_S: f64 = 1e12;
-const WEEK_STEPS: usize = 2016;
 /// Samples kept for the burst computation.
 const FINE_CAP: usize = 256;
 /// Pending forecasts (one per interval) awaiting their outcome.
@@ -452,7 +452,7 @@ impl Planner {
     /// after the previous one, or with non-finite time, are ignored; NaN/negative masses
     /// count as 0.
     pub fn observe(&mut self, t_s: f64, dt_s: f64, arrivals: f64, backlog: f64) {
-        if !t_s.is_finite() || !(0.0..=MAX_T_S).contains(&t_s) {
+        if !(0.0..=MAX_T_S).contains(&t_s) {
             return;
         }
         if let Some(l) = self.last_t {
@@ -916,8 +916,8 @@ impl Planner {
         let h = self.horizon();
         let tau = self.idle.idle_for(t);
         let mut p = self.idle.hist.p_end_within(tau, h, 0.5);
-        // Daily profile over the slots the horizon touches.
-        // (A horizon longer than a week visits every weekly slot once.)
+        // Daily profile over the slots the horizon touches (a horizon longer than a week
+        // visits every weekly slot once).
         let s0 = (t / SEASON_STEP_S).floor() as i64;
         let s1 = ((t + h) / SEASON_STEP_S).floor().min(s0 as f64 + WEEK_STEPS as f64 - 1.0) as i64;
         let mut ps: f64 = 0.0;

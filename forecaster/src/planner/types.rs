@@ -57,7 +57,7 @@ pub struct PlannerConfig {
     /// μ: requests per second one ready replica completes (same unit as the arrival rate).
     pub capacity: f64,
     pub warmup: WarmupDist,
-    /// Decision interval I, seconds.
+    /// Decision interval I, seconds (1 to 86,400).
     pub interval_s: f64,
     /// Queueing delay a request may see, seconds.
     pub slo_s: f64,

@@ -849,7 +849,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_panic_in_a_planner_step_is_caught_and_named_not_passed_on() {
+    fn a_panic_in_a_planner_step_is_caught_not_passed_on() {
         let id = ScalerId { namespace: "ml".into(), name: "llama".into() };
         assert_eq!(guarded(&id, || 7), Some(7));
         assert_eq!(guarded(&id, || -> u32 { panic!("index out of bounds") }), None);
