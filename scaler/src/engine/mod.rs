@@ -689,7 +689,7 @@ impl ScalerState {
                 let ready = pods.pods.iter().filter(|(_, r)| *r).count();
                 p.observe_fleet(predict::PlannedFleet::from_pods(ready, pods.pods.len(), pods.spec_replicas));
             }
-            match step_guarded(p, &self.config.id, tick_ms as f64 / 1000.0, observed) {
+            match guarded(&self.config.id, || p.step(tick_ms as f64 / 1000.0, observed)) {
                 None => planner_failed = true,
                 Some(dec) => {
                     if let Some(c) = &self.cluster {
@@ -756,20 +756,11 @@ impl ScalerState {
     }
 }
 
-/// One planner step, with a panic in it caught: a planner bug must not take the ScaledObject's
-/// task down (every later tick would go unanswered until prescale restarts). Logged, and None:
-/// the caller answers reactively and replaces the planner. The fuzzed inputs
-/// (`scripts/fuzz.sh`) give no panic; this is the guard for the ones nobody found.
-fn step_guarded(
-    p: &mut predict::Predictor,
-    id: &ScalerId,
-    t_s: f64,
-    demand: f64,
-) -> Option<prescale_forecaster::Decision> {
-    guarded(id, || p.step(t_s, demand))
-}
-
-/// `f()`, or None with the panic logged against the ScaledObject `id`.
+/// `f()`, a planner step or a warm start's replay, with a panic in it caught: a planner bug
+/// must not take the ScaledObject's task down (every later tick would go unanswered until
+/// prescale restarts). Logged against the ScaledObject `id`, and None: the caller answers
+/// reactively and puts a fresh planner in place. The fuzzed inputs (`scripts/fuzz.sh`) give
+/// no panic; this is the guard for the ones nobody found.
 fn guarded<T>(id: &ScalerId, f: impl FnOnce() -> T) -> Option<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(v) => Some(v),
@@ -815,18 +806,17 @@ async fn warm_from_history(
     let (p, r) = match history::fetch(&reqwest::Client::new(), &h, id, step_s, now_s).await {
         Ok(series) => {
             let _permit = warm_permits().acquire().await;
+            let id = id.clone();
             let joined = tokio::task::spawn_blocking(move || {
                 // Up to the last sample only: after it the history is unknown (the replicas
                 // were down), not the last value repeated.
                 let sampled = &series.values[..series.sampled_len.min(series.values.len())];
-                let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    p.warm(series.first_s as f64, series.step_s as f64, sampled)
-                }));
-                (fed.is_ok().then_some(p), fed.map(|fed| (series, fed)))
+                let fed = guarded(&id, || p.warm(series.first_s as f64, series.step_s as f64, sampled));
+                (fed.is_some().then_some(p), fed.map(|fed| (series, fed)))
             })
             .await;
             match joined {
-                Ok((Some(p), Ok(r))) => (Some(p), Ok(r)),
+                Ok((Some(p), Some(r))) => (Some(p), Ok(r)),
                 _ => (new_predictor(&config).ok(), Err("replaying it failed".to_string())),
             }
         }
@@ -866,8 +856,8 @@ mod tests {
         let mut q = new_predictor(&config).unwrap();
         for k in 1..=20 {
             let t = 1_800_000_000.0 + f64::from(k) * 5.0;
-            let guarded = step_guarded(&mut p, &id, t, 3.0).expect("no panic");
-            assert_eq!(guarded, q.step(t, 3.0));
+            let stepped = guarded(&id, || p.step(t, 3.0)).expect("no panic");
+            assert_eq!(stepped, q.step(t, 3.0));
         }
     }
 }

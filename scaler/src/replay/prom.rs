@@ -76,7 +76,6 @@ pub struct Series {
     pub sampled_len: usize,
 }
 
-/// Fetch the range as a [`Series`] (see [`fetch`] for the rules).
 /// Puts the samples of one successful `query_range` answer (`data.result`, at most one
 /// series) into `values`, slot `(t − start) / step`; samples outside the slots are dropped.
 /// A sample that is not a finite rate ≥ 0, or an answer of the wrong shape, is an error.
@@ -108,6 +107,7 @@ pub fn place_samples(
     Ok(())
 }
 
+/// Fetch the range as a [`Series`] (see [`fetch`] for the rules).
 pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Series, String> {
     if q.end <= q.start {
         return Err(format!("--end ({}) must be after --start ({})", q.end, q.start));
