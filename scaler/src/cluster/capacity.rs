@@ -34,17 +34,20 @@ pub fn mig_profile(resource: &str) -> Option<&str> {
     resource.strip_prefix("nvidia.com/mig-")
 }
 
-/// A Kubernetes quantity as a float in base units (`500m` → 0.5, `2Ki` → 2048).
+/// A Kubernetes quantity as a float in base units (`500m` → 0.5, `2Ki` → 2048, `1e3` → 1000,
+/// `2E` → 2·10¹⁸): apimachinery's grammar, a signed decimal and one SI, binary or exponent
+/// suffix. `None` for anything else, and for values out of `f64`'s range.
 pub fn parse_quantity(q: &str) -> Option<f64> {
     let q = q.trim();
     let idx = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(q.len());
     let (num, suffix) = q.split_at(idx);
-    let (num, suffix) = if suffix.starts_with(['e', 'E']) && suffix.len() > 1 {
-        // Decimal exponent (`1e3`).
+    // A decimal exponent (`1e3`, `5E-1`); `E` alone is exa and `Ei` exbi.
+    let exponent = suffix
+        .strip_prefix(['e', 'E'])
+        .is_some_and(|e| e.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-'));
+    if exponent {
         return q.parse::<f64>().ok().filter(|x| x.is_finite());
-    } else {
-        (num, suffix)
-    };
+    }
     let x: f64 = num.parse().ok()?;
     let mul = match suffix {
         "" => 1.0,
@@ -90,7 +93,8 @@ fn container_requests(c: &k8s_openapi::api::core::v1::Container) -> Resources {
 
 fn add(into: &mut Resources, from: &Resources) {
     for (k, v) in from {
-        *into.entry(k.clone()).or_default() += v;
+        let e = into.entry(k.clone()).or_default();
+        *e = e.saturating_add(*v);
     }
 }
 
@@ -170,7 +174,8 @@ pub fn free_per_node(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
         let free = allocatable
             .iter()
             .map(|(k, a)| {
-                (k.clone(), a - used.get(k).copied().unwrap_or(0) - placeholders.get(k).copied().unwrap_or(0))
+                let held = used.get(k).copied().unwrap_or(0).saturating_add(placeholders.get(k).copied().unwrap_or(0));
+                (k.clone(), a.saturating_sub(held))
             })
             .collect();
         out.push(NodeCapacity {
@@ -211,7 +216,8 @@ pub fn free_per_pool(nodes: &[NodeCapacity]) -> BTreeMap<String, Resources> {
     for n in nodes.iter().filter(|n| n.schedulable) {
         let e = out.entry(n.nodepool.clone().unwrap_or_default()).or_default();
         for (k, v) in &n.free {
-            *e.entry(k.clone()).or_default() += (*v).max(0);
+            let sum = e.entry(k.clone()).or_default();
+            *sum = sum.saturating_add((*v).max(0));
         }
     }
     out
@@ -311,7 +317,7 @@ pub struct Fit {
 fn fit_in(avail: &Resources, req: &Resources) -> u32 {
     req.iter()
         .filter(|(_, r)| **r > 0)
-        .map(|(k, r)| (avail.get(k).copied().unwrap_or(0).max(0) / r) as u32)
+        .map(|(k, r)| u32::try_from(avail.get(k).copied().unwrap_or(0).max(0) / r).unwrap_or(u32::MAX))
         .min()
         .unwrap_or(0)
 }
@@ -337,8 +343,8 @@ pub fn fit(req: &Resources, placement: &Placement, nodes: &[Node], caps: &[NodeC
         add(&mut with, &cap.placeholders);
         let with_ph = fit_in(&with, req);
         let empty = fit_in(&cap.allocatable, req);
-        out.fits_now += now;
-        out.fits_with_placeholders += with_ph;
+        out.fits_now = out.fits_now.saturating_add(now);
+        out.fits_with_placeholders = out.fits_with_placeholders.saturating_add(with_ph);
         out.per_empty_node = Some(out.per_empty_node.unwrap_or(0).max(empty));
         out.per_node.insert(cap.name.clone(), now);
     }
@@ -487,7 +493,38 @@ mod tests {
         assert_eq!(parse_quantity("2"), Some(2.0));
         assert_eq!(parse_quantity("2Ki"), Some(2048.0));
         assert_eq!(parse_quantity("1e3"), Some(1000.0));
-        assert_eq!(parse_quantity("3x"), None);
+        assert_eq!(parse_quantity("1.5Gi"), Some(1.5 * 1024f64.powi(3)));
+        assert_eq!(parse_quantity("2E"), Some(2e18)); // exa, not an exponent
+        assert_eq!(parse_quantity("1Ei"), Some(1024f64.powi(6)));
+        assert_eq!(parse_quantity(".5"), Some(0.5));
+        assert_eq!(parse_quantity("-1"), Some(-1.0));
+        assert_eq!(parse_quantity(" 4 "), Some(4.0)); // YAML values may carry spaces
+        assert_eq!(parse_quantity("5E-1"), Some(0.5));
+        for bad in ["3x", "", "Gi", "1Gix", "1 Gi", "nan", "inf", "1e400", "0x10", "1e3m", "1e"] {
+            assert_eq!(parse_quantity(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Quantities are user text: absurd ones saturate the counts instead of overflowing
+    /// (a panic with overflow checks, a wrapped count without).
+    #[test]
+    fn absurd_quantities_saturate_the_counts() {
+        let nodes = vec![
+            node("huge-a", json!({}), json!({"nvidia.com/gpu": "1e30"})),
+            node("huge-b", json!({}), json!({"nvidia.com/gpu": "9E"})),
+        ];
+        let pods = vec![
+            pod("p", "huge-a", "Running", json!({"nvidia.com/gpu": "1e30"})),
+            pod("q", "huge-a", "Running", json!({"nvidia.com/gpu": "1e30"})),
+        ];
+        let caps = free_per_node(&nodes, &pods);
+        assert_eq!(caps[0].used["nvidia.com/gpu"], i64::MAX);
+        assert_eq!(caps[0].free["nvidia.com/gpu"], 0);
+        assert_eq!(caps[1].free["nvidia.com/gpu"], 9_000_000_000_000_000_000);
+        assert_eq!(free_per_pool(&caps)[""]["nvidia.com/gpu"], 9_000_000_000_000_000_000);
+        let fit = fit(&req(&[("nvidia.com/gpu", 1)]), &Placement::default(), &nodes, &caps);
+        assert_eq!((fit.fits_now, fit.fits_with_placeholders), (u32::MAX, u32::MAX));
+        assert_eq!(fit.per_node["huge-a"], 0);
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub fn headroom_target(desired: u32, current_pods: u32, fits_now: u32, existing:
 /// Nodes a static NodePool needs: its base plus enough for the headroom.
 pub fn static_pool_target(base: i64, headroom: u32, per_node: u32) -> i64 {
     let per = i64::from(per_node.max(1));
-    base + (i64::from(headroom) + per - 1) / per
+    base.saturating_add((i64::from(headroom) + per - 1) / per)
 }
 
 /// A label value (≤ 63 chars, [a-z0-9-.]) naming the ScaledObject.

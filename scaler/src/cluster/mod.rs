@@ -501,7 +501,7 @@ impl Cluster {
 /// "Plan asks for more than fits", with the numbers.
 fn over_capacity(desired: u32, v: &TargetView) -> Option<String> {
     let fit = v.fit.as_ref()?;
-    let room = v.current_pods + fit.fits_with_placeholders;
+    let room = v.current_pods.saturating_add(fit.fits_with_placeholders);
     (desired > room).then(|| {
         format!(
             "plan asks for {desired} replicas at now + warm-up; {} exist and {} more fit on current nodes ({} of them held by headroom placeholders); {} need new nodes",
