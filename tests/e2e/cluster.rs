@@ -693,6 +693,91 @@ async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_repl
     assert!(metric(&mut c, &llama).await.is_ok());
 }
 
+/// `spec.replicas` of the static `gpu-mig` pool, when it has one.
+fn pool_replicas(api: &FakeApi) -> Option<i64> {
+    api.get(NODEPOOLS, "", "gpu-mig")?.pointer("/spec/replicas")?.as_i64()
+}
+
+/// A static NodePool keeps exactly `spec.replicas` nodes and provisions nothing for Pending
+/// pods, so prescale sizes it for every planned replica that has no node, and keeps the
+/// nodes as they join and as the replicas land on them (Karpenter's static scale-down
+/// would remove them, empty ones first and then random ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_land() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    // The two H100s are the pool's two static nodes: 2 3g.40gb slices each, 3 of 4 in use.
+    api.put(
+        NODEPOOLS,
+        json!({"metadata": {"name": "gpu-mig"}, "spec": {"replicas": 2,
+            "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}]}},
+            "limits": {"nodes": "8"}}}),
+    );
+    let demand = Arc::new(Mutex::new(6.0));
+    let prom = fake_prometheus(demand.clone()).await;
+    let kc = kubeconfig(&api.url());
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    let c = server.client().await;
+    let llama =
+        sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("karpenterResizeStaticNodePools", "true")]));
+    eventually(20, "first answer", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { metric(&mut c, &r).await.ok() }
+    })
+    .await;
+    // The plan (≥ 6) needs desired − 3 placed − 1 free replicas more, 2 per new node.
+    let (desired, grown) = eventually(30, "the static pool grown for the plan", || {
+        let (api, s) = (api.clone(), &server);
+        async move {
+            let desired = debug_of(s, "llama").await["cluster"]["plan"]["desired"].as_i64()?;
+            let want = 2 + (desired - 4 + 1) / 2;
+            (desired >= 6 && pool_replicas(&api) == Some(want)).then_some((desired, want))
+        }
+    })
+    .await;
+    let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
+    assert_eq!(pool["metadata"]["annotations"]["prescale.io/static-base-replicas"], "2", "{pool}");
+    assert!(placeholders(&api).is_empty(), "a resized static pool takes no placeholders");
+
+    // Karpenter launches the nodes: they join with their room free. The pool keeps them.
+    for i in 0..(grown - 2) {
+        api.put(NODES, h100_node(&format!("h100-static-{i}"), "2026-01-02T00:00:00Z", "2026-01-02T00:02:00Z", 2));
+    }
+    let free = 1 + 2 * (grown - 2);
+    eventually(20, "the joined nodes' room seen", || {
+        let s = &server;
+        async move {
+            (debug_of(s, "llama").await["cluster"]["capacity"]["fit"]["fitsNow"].as_i64() == Some(free)).then_some(())
+        }
+    })
+    .await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let r = pool_replicas(&api).unwrap_or(0);
+        assert!(r >= grown, "the pool shrank to {r} as its new nodes joined: {:?}", api.writes());
+    }
+    // KEDA scales the Deployment and the replicas land on the new nodes: still kept.
+    let now = now_rfc3339();
+    for i in 0..(desired - 3) {
+        let node = if i == 0 { "h100-old".to_string() } else { format!("h100-static-{}", (i - 1) / 2) };
+        api.put(PODS, vllm_pod(&format!("vllm-new-{i}"), "vllm", &node, &now, None, "nvidia.com/mig-3g.40gb"));
+    }
+    eventually(20, "the landed replicas seen", || {
+        let s = &server;
+        async move {
+            (debug_of(s, "llama").await["cluster"]["capacity"]["currentReplicas"].as_i64() == Some(desired))
+                .then_some(())
+        }
+    })
+    .await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let r = pool_replicas(&api).unwrap_or(0);
+        assert!(r >= grown, "the pool shrank to {r} under its replicas: {:?}", api.writes());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_one_lease_one_writer() {
     let api = FakeApi::start().await;

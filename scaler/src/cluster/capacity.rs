@@ -223,6 +223,28 @@ pub fn free_per_pool(nodes: &[NodeCapacity]) -> BTreeMap<String, Resources> {
     out
 }
 
+/// A NodePool's GPU nodes: those whose GPU allocatable is visible, and how many of them
+/// hold no GPU pod and no placeholder (what a static pool's scale-down removes first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolNodes {
+    pub gpu_nodes: u32,
+    pub empty: u32,
+}
+
+/// [`PoolNodes`] per NodePool (nodes without the Karpenter label under `""`).
+pub fn nodes_per_pool(nodes: &[NodeCapacity]) -> BTreeMap<String, PoolNodes> {
+    let mut out: BTreeMap<String, PoolNodes> = BTreeMap::new();
+    for n in nodes {
+        let e = out.entry(n.nodepool.clone().unwrap_or_default()).or_default();
+        e.gpu_nodes += 1;
+        if n.used.values().chain(n.placeholders.values()).all(|v| *v <= 0) {
+            e.empty += 1;
+        }
+    }
+    out
+}
+
 /// Where a replica may land: what the pod template says about nodes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -503,6 +525,23 @@ mod tests {
         for bad in ["3x", "", "Gi", "1Gix", "1 Gi", "nan", "inf", "1e400", "0x10", "1e3m", "1e"] {
             assert_eq!(parse_quantity(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn nodes_per_pool_counts_gpu_nodes_and_the_empty_ones() {
+        let nodes = vec![
+            h100_mixed(),
+            a10g_time_sliced(),
+            node("cpu", json!({"karpenter.sh/nodepool": "gpu-mig"}), json!({"cpu": "8"})),
+        ];
+        let pods = vec![
+            pod("a", "h100-mixed", "Running", json!({"nvidia.com/mig-1g.10gb": "1"})),
+            pod("done", "a10g-ts", "Succeeded", json!({"nvidia.com/gpu.shared": "1"})),
+        ];
+        let pools = nodes_per_pool(&free_per_node(&nodes, &pods));
+        assert_eq!(pools["gpu-mig"], PoolNodes { gpu_nodes: 1, empty: 0 });
+        assert_eq!(pools["gpu-shared"], PoolNodes { gpu_nodes: 1, empty: 1 });
+        assert_eq!(pools.len(), 2);
     }
 
     /// Quantities are user text: absurd ones saturate the counts instead of overflowing

@@ -41,10 +41,62 @@ pub fn headroom_target(desired: u32, current_pods: u32, fits_now: u32, existing:
     n.min(cap).min(MAX_PLACEHOLDERS)
 }
 
-/// Nodes a static NodePool needs: its base plus enough for the headroom.
-pub fn static_pool_target(base: i64, headroom: u32, per_node: u32) -> i64 {
+/// One target's account of a static NodePool, in nodes: how many more it needs (> 0) or
+/// could spare (< 0). A static pool keeps exactly `spec.replicas` nodes whatever is Pending
+/// (Karpenter provisions nothing for pods there), so the count must cover every replica the
+/// plan wants that has no node yet, not only the headroom a placeholder would stand for:
+/// `desired − placed` replicas need room, and the room is the free capacity of the eligible
+/// nodes now plus what the nodes still launching (`in_flight`) will bring. Level-triggered:
+/// the answer does not change as launched nodes join or as replicas land on them.
+pub fn static_pool_need(desired: u32, placed: u32, fits_now: u32, in_flight: u32, per_node: u32) -> i64 {
     let per = i64::from(per_node.max(1));
-    base.saturating_add((i64::from(headroom) + per - 1) / per)
+    let room = i64::from(fits_now) + i64::from(in_flight) * per;
+    let short = i64::from(desired) - i64::from(placed) - room;
+    if short > 0 {
+        (short + per - 1) / per
+    } else {
+        -(-short / per)
+    }
+}
+
+/// A need for a target that asks nothing of the pool (`karpenterMode: off`).
+pub const NEEDS_NOTHING: i64 = -(u32::MAX as i64);
+
+/// The `spec.replicas` a static NodePool gets from its targets' needs: grown by what they
+/// need; else shrunk by what every one of them can spare, never below the pool's own `base`
+/// and never by more than the `removable` nodes (empty or still launching). Karpenter's
+/// static scale-down removes empty nodes first and then random ones, which would evict
+/// running replicas.
+pub fn static_pool_replicas(current: i64, base: i64, needs: &[i64], removable: u32) -> i64 {
+    let grow = needs.iter().filter(|n| **n > 0).fold(0i64, |a, n| a.saturating_add(*n));
+    if grow > 0 {
+        return current.saturating_add(grow);
+    }
+    let spare = needs.iter().map(|n| -*n).min().unwrap_or(0);
+    let shrink = spare.min(current.saturating_sub(base)).min(i64::from(removable)).max(0);
+    current - shrink
+}
+
+/// How long a static NodePool keeps a size after the need for it went (ms): the HPA's own
+/// scale-down stabilization. A plan that steps down and back up by one replica would
+/// otherwise remove a node and launch it again, a warm-up each time.
+pub const STATIC_POOL_STABILIZATION_MS: u64 = 300_000;
+
+/// Scale-down stabilization of one static NodePool: the largest size computed within the
+/// window. Growth applies at once.
+#[derive(Debug, Clone, Default)]
+pub struct Stabilizer {
+    recent: std::collections::VecDeque<(u64, i64)>,
+}
+
+impl Stabilizer {
+    /// Record `size` computed at `now_ms` and return the size to apply.
+    pub fn apply(&mut self, now_ms: u64, size: i64) -> i64 {
+        let since = now_ms.saturating_sub(STATIC_POOL_STABILIZATION_MS);
+        self.recent.retain(|(at, _)| *at > since && *at <= now_ms);
+        self.recent.push_back((now_ms, size));
+        self.recent.iter().map(|(_, s)| *s).max().unwrap_or(size)
+    }
 }
 
 /// A label value (≤ 63 chars, [a-z0-9-.]) naming the ScaledObject.
@@ -212,10 +264,52 @@ mod tests {
     }
 
     #[test]
-    fn static_pools_grow_by_whole_nodes() {
-        assert_eq!(static_pool_target(2, 0, 4), 2);
-        assert_eq!(static_pool_target(2, 5, 4), 4);
-        assert_eq!(static_pool_target(0, 1, 0), 1);
+    fn static_pools_grow_by_whole_nodes_and_hold_them_while_replicas_land() {
+        // Two replicas per node. The plan wants 6, 2 run, the base nodes have no room.
+        let need = static_pool_need(6, 2, 0, 0, 2);
+        assert_eq!(need, 2);
+        let grown = static_pool_replicas(2, 2, &[need], 0);
+        assert_eq!(grown, 4);
+        // The two nodes launch: their room counts before they join, so nothing more is asked.
+        assert_eq!(static_pool_need(6, 2, 0, 2, 2), 0);
+        assert_eq!(static_pool_replicas(grown, 2, &[0], 2), grown);
+        // They join with room for 4; the HPA has created the 4 replicas, still Pending.
+        assert_eq!(static_pool_need(6, 2, 4, 0, 2), 0);
+        // The replicas land: no room left, none needed, the pool keeps its 4 nodes.
+        assert_eq!(static_pool_need(6, 6, 0, 0, 2), 0);
+        assert_eq!(static_pool_replicas(grown, 2, &[0], 0), grown);
+        // An odd shortfall takes a whole node; an odd surplus spares only whole nodes.
+        assert_eq!(static_pool_need(7, 6, 0, 0, 2), 1);
+        assert_eq!(static_pool_need(3, 0, 6, 0, 2), -1);
+        // The plan drops to 2: the 4 idle replicas' room is spare, but only empty nodes go.
+        let spare = static_pool_need(2, 2, 4, 0, 2);
+        assert_eq!(spare, -2);
+        assert_eq!(static_pool_replicas(grown, 2, &[spare], 1), 3);
+        assert_eq!(static_pool_replicas(grown, 2, &[spare], 2), 2);
+        // Never below the pool's own base, and a per-node count of 0 is read as 1.
+        assert_eq!(static_pool_replicas(3, 2, &[NEEDS_NOTHING], 5), 2);
+        assert_eq!(static_pool_need(1, 0, 0, 0, 0), 1);
+    }
+
+    #[test]
+    fn a_static_pool_keeps_a_size_for_the_stabilization_window_and_grows_at_once() {
+        let mut st = Stabilizer::default();
+        assert_eq!(st.apply(1_000, 4), 4);
+        assert_eq!(st.apply(4_000, 3), 4, "a one-replica dip in the plan removes no node");
+        assert_eq!(st.apply(7_000, 5), 5, "growth applies at once");
+        assert_eq!(st.apply(7_000 + STATIC_POOL_STABILIZATION_MS - 1, 2), 5);
+        assert_eq!(st.apply(7_000 + STATIC_POOL_STABILIZATION_MS, 2), 2);
+        // A clock that steps back forgets what it cannot place.
+        assert_eq!(st.apply(1_000, 3), 3);
+    }
+
+    #[test]
+    fn a_static_pool_shared_by_targets_grows_for_each_and_shrinks_by_what_all_spare() {
+        assert_eq!(static_pool_replicas(4, 2, &[1, 2, -1], 9), 7);
+        assert_eq!(static_pool_replicas(4, 2, &[-1, -2], 9), 3);
+        assert_eq!(static_pool_replicas(4, 2, &[0, -2], 9), 4);
+        assert_eq!(static_pool_replicas(4, 2, &[], 9), 4);
+        assert_eq!(static_pool_replicas(i64::MAX - 1, 0, &[5], 0), i64::MAX);
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 use crate::config::{ClusterSettings, KarpenterMode, ScalerId};
 use crate::engine::clock::now_ms;
 use crate::metrics::Metrics;
-use capacity::{Fit, NodeCapacity, Resources, HEADROOM_LABEL};
+use capacity::{Fit, NodeCapacity, PoolNodes, Resources, HEADROOM_LABEL};
 use client::Stores;
 use target::{PoolInfo, TargetInfo};
 use warmup::{Samples, Summary};
@@ -143,6 +143,8 @@ struct LeaderState {
 #[serde(rename_all = "camelCase")]
 struct TargetView {
     current_pods: u32,
+    /// The target's pods that have a node.
+    placed: u32,
     /// The target's pods (name, Ready), for narrowing shared per-pod signals (DCGM).
     #[serde(skip)]
     pods: Vec<(String, bool)>,
@@ -151,6 +153,8 @@ struct TargetView {
     refreshed: bool,
     fit: Option<Fit>,
     free_by_pool: BTreeMap<String, Resources>,
+    #[serde(skip)]
+    nodes_by_pool: BTreeMap<String, PoolNodes>,
     pools: Vec<PoolInfo>,
     warnings: Vec<String>,
     existing_placeholders: u32,
@@ -213,6 +217,8 @@ struct Inner {
     leader: AtomicBool,
     leader_state: Mutex<LeaderState>,
     priority_uid: Mutex<Option<String>>,
+    /// Static NodePool → the sizes reconcile computed lately (scale-down stabilization).
+    static_sizes: Mutex<BTreeMap<String, headroom::Stabilizer>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -245,6 +251,7 @@ impl Cluster {
                 leader: AtomicBool::new(false),
                 leader_state: Mutex::new(LeaderState::default()),
                 priority_uid: Mutex::new(None),
+                static_sizes: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
         }
@@ -282,6 +289,7 @@ impl Cluster {
                 leader: AtomicBool::new(false),
                 leader_state: Mutex::new(LeaderState::default()),
                 priority_uid: Mutex::new(None),
+                static_sizes: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
         };
@@ -586,6 +594,7 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
     let pools: Vec<DynamicObject> = stores.nodepools.state().iter().map(|c| (**c).clone()).collect();
     let caps: Vec<NodeCapacity> = capacity::free_per_node(&nodes, &pods);
     let free_by_pool = capacity::free_per_pool(&caps);
+    let nodes_by_pool = capacity::nodes_per_pool(&caps);
     let m = &inner.metrics;
     for (pool, res) in &free_by_pool {
         for (r, v) in res {
@@ -658,10 +667,12 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
                 as u32;
         let view = TargetView {
             current_pods: mine.len() as u32,
+            placed: mine.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())).count() as u32,
             pods: mine.iter().map(|p| (p.metadata.name.clone().unwrap_or_default(), warmup::pod_is_ready(p))).collect(),
             refreshed: true,
             fit: (!info.gpu_requests.is_empty()).then_some(fit),
             free_by_pool: free_by_pool.clone(),
+            nodes_by_pool: nodes_by_pool.clone(),
             pools: target::target_pools(&info, &pools, &running_pools),
             warnings: capacity::mig_warnings(&info.gpu_requests, &info.placement, &nodes),
             existing_placeholders: existing,
@@ -807,10 +818,10 @@ async fn set_placeholders(
 async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     let Some(stores) = &inner.stores else { return };
     let targets: Vec<Arc<Target>> = read(&inner.targets).values().cloned().collect();
-    // NodePool → (ScaledObject → hint), and static pools to resize: pool → extra nodes.
+    // NodePool → (ScaledObject → hint), and static pools to resize: pool → each target's
+    // need in nodes, and the pool's nodes that a scale-down may remove harmlessly.
     let mut hints: BTreeMap<String, BTreeMap<String, headroom::PoolHint>> = BTreeMap::new();
-    let mut static_extra: BTreeMap<String, i64> = BTreeMap::new();
-    let mut static_managed: BTreeMap<String, bool> = BTreeMap::new();
+    let mut static_needs: BTreeMap<String, (Vec<i64>, u32)> = BTreeMap::new();
     for t in &targets {
         let settings = lock(&t.settings).clone();
         let info = read(&t.info).clone();
@@ -842,11 +853,24 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             }
         }
         if let Some(sp) = static_pool {
-            static_managed.insert(sp.name.clone(), true);
-            if settings.karpenter_mode != KarpenterMode::Off {
-                *static_extra.entry(sp.name.clone()).or_default() +=
-                    headroom::static_pool_target(0, n, fit.per_empty_node.unwrap_or(1));
-            }
+            let nodes = view.nodes_by_pool.get(&sp.name).copied().unwrap_or_default();
+            // NodeClaims asked for and not yet a GPU node: their room is on its way.
+            let launching = sp.static_replicas.unwrap_or(0).saturating_sub(i64::from(nodes.gpu_nodes)).max(0);
+            let launching = u32::try_from(launching).unwrap_or(u32::MAX);
+            let need = if settings.karpenter_mode == KarpenterMode::Off {
+                headroom::NEEDS_NOTHING
+            } else {
+                headroom::static_pool_need(
+                    desired,
+                    view.placed,
+                    fit.fits_now,
+                    launching,
+                    fit.per_empty_node.unwrap_or(1),
+                )
+            };
+            let e = static_needs.entry(sp.name.clone()).or_default();
+            e.0.push(need);
+            e.1 = nodes.empty.saturating_add(launching);
         }
         // Placeholders only in headroom mode and not where a static pool is resized instead.
         let placeholders =
@@ -908,16 +932,16 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 want.clone().map(serde_json::Value::String).unwrap_or(serde_json::Value::Null),
             );
         }
-        if static_managed.contains_key(&name) {
+        if let Some((needs, removable)) = static_needs.get(&name) {
             let current = np.data.pointer("/spec/replicas").and_then(|v| v.as_i64()).unwrap_or(0);
             let base =
                 annotations.get(headroom::POOL_BASE_ANNOTATION).and_then(|v| v.parse::<i64>().ok()).unwrap_or(current);
-            let extra = static_extra.get(&name).copied().unwrap_or(0);
-            let target_replicas = base + extra;
+            let sized = headroom::static_pool_replicas(current, base, needs, *removable);
+            let target_replicas = lock(&inner.static_sizes).entry(name.clone()).or_default().apply(now_ms(), sized);
             if target_replicas != current {
                 patch.insert("spec".into(), serde_json::json!({"replicas": target_replicas}));
             }
-            let base_ann = (extra > 0).then(|| base.to_string());
+            let base_ann = (target_replicas > base).then(|| base.to_string());
             if base_ann != annotations.get(headroom::POOL_BASE_ANNOTATION).cloned() {
                 ann.insert(
                     headroom::POOL_BASE_ANNOTATION.into(),

@@ -48,7 +48,7 @@ pub const KEYS: &[KeyDoc] = &[
     k("hpaTolerance", "planner", "0.1", "The HPA's tolerance (Kubernetes' default 0.1; 0 when the ScaledObject sets `behavior.scaleUp/scaleDown.tolerance: 0`). A planned scale-up the HPA would drop as within it is answered as the smallest count it applies.", "0"),
     // cluster (prescale's Kubernetes integration; see scaler/src/cluster/)
     k("karpenterMode", "cluster", "annotate", "`off`: no Karpenter writes; `annotate`: write the headroom hint on the target's NodePool; `headroom`: also keep placeholder pods (negative priority, the target's GPU/MIG requests) so Karpenter provisions nodes one warm-up ahead.", "headroom"),
-    k("karpenterResizeStaticNodePools", "cluster", "false", "When the target lands on a static NodePool (`spec.replicas`), resize it for the headroom instead of placeholder pods.", "true"),
+    k("karpenterResizeStaticNodePools", "cluster", "false", "When the target lands on a static NodePool (`spec.replicas`), size it for every planned replica that has no node, instead of placeholder pods: grown at once, never below its own count, and shrunk only by empty nodes once the need has been gone for 5 minutes.", "true"),
     // rabbitmq
     k("rabbitmqHost", "rabbitmq", "—", "AMQP (`amqp://`, `amqps://`) or management (`http://`, `https://`) URL with credentials and vhost.", "amqp://guest:guest@127.0.0.1:5672/%2f"),
     k("rabbitmqHostFromEnv", "rabbitmq", "—", "Same, resolved by KEDA from the scale target's env (KEDA keeps the key name and sends the value).", "amqp://guest:guest@127.0.0.1:5672/%2f"),
