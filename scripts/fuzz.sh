@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the input paths (libFuzzer through cargo-fuzz): trace files and
 # replays (`replay`), the planner as serve drives it (`planner`), plan CSVs (`plan_csv`) and
-# the text that reaches the scaler from outside (`scaler_text`). The fuzz crate's first build
+# the text that reaches the scaler from outside (`scaler_text`), and the Kubernetes objects
+# of the cluster loop (`cluster`). The fuzz crate's first build
 # compiles the whole scaler (~15 min on 2 cores). Not part of CI: it needs cargo-fuzz and runs for as long
 # as asked.
 #
@@ -17,7 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(replay planner plan_csv scaler_text)
+[ ${#targets[@]} -eq 0 ] && targets=(replay planner plan_csv scaler_text cluster)
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "installing cargo-fuzz from crates.io" >&2
@@ -53,6 +54,12 @@ PY
     printf '\004# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 3\nvllm:num_requests_running{model_name="m"} 8\n' \
       > "fuzz/corpus/$t/vllm"
     printf '\005app=vllm,tier in (gpu,cpu),!canary' > "fuzz/corpus/$t/selector"
+    printf '\0071500m' > "fuzz/corpus/$t/quantity"
+  fi
+  # The cluster target's seed: real-shaped Nodes, Pods, NodePools, a NodeClaim, a
+  # ScaledObject and a pod template in one JSON document.
+  if [ "$t" = cluster ] && [ -z "$(ls -A "fuzz/corpus/$t")" ]; then
+    cp fuzz/seeds/cluster.json "fuzz/corpus/$t/"
   fi
   echo "== $t: ${secs}s" >&2
   if ! cargo fuzz run --release "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" -timeout=60 -rss_limit_mb=4096 -max_len=65536; then

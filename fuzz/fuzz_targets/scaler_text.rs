@@ -1,6 +1,6 @@
 //! Text that reaches the scaler from outside: ScaledObject YAML and metadata maps (`check`,
 //! the same parser as the gRPC path), Prometheus answers (instant, vector, range), scraped
-//! exposition text (vLLM), label selectors and times from the external metrics API and the
+//! exposition text (vLLM), label selectors, Kubernetes quantities and times from the external metrics API and the
 //! replay CLI. Every one gives a value or an error, never a panic; a metadata error names
 //! its key and the ScaledObject.
 #![no_main]
@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
+use prescale::cluster::capacity::parse_quantity;
 use prescale::config::{self, ScalerId};
 use prescale::extmetrics::selector::Selector;
 use prescale::replay::prom::{parse_time, place_samples};
@@ -16,7 +17,7 @@ use prescale::sources::{dcgm, exposition, prometheus, vllm};
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };
     let Ok(text) = std::str::from_utf8(rest) else { return };
-    match which % 8 {
+    match which % 9 {
         0 => {
             let _ = prescale::check::check(text, &BTreeMap::new());
         }
@@ -55,6 +56,11 @@ fuzz_target!(|data: &[u8]| {
         }
         6 => {
             let _ = parse_time(text, 1_800_000_000);
+        }
+        7 => {
+            if let Some(v) = parse_quantity(text) {
+                assert!(v.is_finite(), "{text:?} -> {v}");
+            }
         }
         _ => {
             if let Ok(body) = serde_json::from_str::<serde_json::Value>(text) {

@@ -1,0 +1,95 @@
+//! Kubernetes objects as the watches hand them to the cluster loop: Nodes, Pods, Karpenter
+//! NodePools and NodeClaims, Leases, a ScaledObject and a workload's pod template, all from one
+//! JSON document (`fuzz/seeds/cluster.json` is a real-shaped seed). Free GPU / MIG capacity,
+//! the fit of a replica, MIG warnings, the target's pools, placeholder pods and measured
+//! warm-ups are computed from them: never a panic, and the counts stay consistent.
+#![no_main]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplateSpec};
+use kube::core::DynamicObject;
+use libfuzzer_sys::fuzz_target;
+use prescale::cluster::{capacity, headroom, lease, target, warmup};
+use prescale::config::ScalerId;
+use prescale::engine::predict::PlannedFleet;
+use serde_json::Value;
+
+/// The objects of one kind that deserialize; the rest are skipped, as a watch would
+/// fail to decode them.
+fn objects<T: serde::de::DeserializeOwned>(doc: &Value, key: &str) -> Vec<T> {
+    doc.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .collect()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(doc) = serde_json::from_slice::<Value>(data) else { return };
+    let nodes: Vec<Node> = objects(&doc, "nodes");
+    let pods: Vec<Pod> = objects(&doc, "pods");
+    let nodepools: Vec<DynamicObject> = objects(&doc, "nodepools");
+    let claims: Vec<DynamicObject> = objects(&doc, "nodeclaims");
+
+    let caps = capacity::free_per_node(&nodes, &pods);
+    assert!(caps.len() <= nodes.len());
+    let pools = capacity::free_per_pool(&caps);
+    for pool in pools.keys() {
+        // Nodes without the Karpenter label are summed under "".
+        assert!(
+            caps.iter().any(|c| c.schedulable && c.nodepool.as_deref().unwrap_or_default() == pool),
+            "pool {pool:?} has no schedulable node"
+        );
+    }
+    for pod in &pods {
+        let _ = warmup::pod_warmup(pod).map(|w| assert!(w >= 0.0 && w.is_finite(), "{w}"));
+        let _ = warmup::pod_is_ready(pod);
+        for node in &nodes {
+            if let Some((w, _)) = warmup::node_warmup(pod, node, &claims) {
+                assert!(w >= 0.0 && w.is_finite(), "{w}");
+            }
+        }
+    }
+    for spec in objects::<LeaseSpec>(&doc, "leases") {
+        // The holder renews; a Lease nobody holds is taken over; another holder is
+        // followed until its renewal expires, whatever the times in it say.
+        let step = lease::decide(Some(&spec), "prescale-0", 1.8e9);
+        match spec.holder_identity.as_deref() {
+            Some("prescale-0") => assert_eq!(step, lease::Step::Renew),
+            None | Some("") => assert!(matches!(step, lease::Step::TakeOver { .. }), "{step:?}"),
+            Some(h) => assert!(
+                matches!(&step, lease::Step::Follow { holder } if holder == h)
+                    || matches!(step, lease::Step::TakeOver { .. }),
+                "{step:?}"
+            ),
+        }
+    }
+    for so in objects::<DynamicObject>(&doc, "scaledobjects") {
+        let _ = target::scale_target_ref(&so);
+    }
+    let ready = pods.iter().filter(|p| warmup::pod_is_ready(p)).count();
+    let spec_replicas = doc.get("specReplicas").and_then(Value::as_u64).map(|n| n as u32);
+    let fleet = PlannedFleet::from_pods(ready, pods.len(), spec_replicas);
+    assert!(fleet.ready as usize <= ready);
+
+    let Some(template) = doc.get("template").and_then(|t| serde_json::from_value::<PodTemplateSpec>(t.clone()).ok())
+    else {
+        return;
+    };
+    let labels = BTreeMap::from([("app".to_string(), "vllm".to_string())]);
+    let Ok(info) = target::from_template("Deployment", "llm", "ns", Some(labels), &template) else { return };
+    assert!(info.gpu_requests.values().all(|v| *v > 0));
+    let fit = capacity::fit(&info.gpu_requests, &info.placement, &nodes, &caps);
+    assert!(fit.eligible_nodes <= nodes.len());
+    let _ = capacity::mig_warnings(&info.gpu_requests, &info.placement, &nodes);
+    let running: Vec<String> = caps.iter().filter_map(|c| c.nodepool.clone()).collect();
+    for p in target::target_pools(&info, &nodepools, &running) {
+        assert!(nodepools.iter().any(|n| n.metadata.name.clone().unwrap_or_default() == p.name));
+    }
+    let id = ScalerId { namespace: "ns".into(), name: "so".into() };
+    let pod = headroom::placeholder_pod(&id, &info, 3, "uid-1", "registry.k8s.io/pause:3.10");
+    assert!(pod.metadata.name.as_ref().is_some_and(|n| n.len() <= 253));
+});
