@@ -122,8 +122,14 @@ impl ArrivalEstimator {
 }
 
 /// The replica-equivalents the planner observes at one tick: the combined demand, or
-/// the arrival rate over `capacityPerReplica` when that is larger.
+/// the arrival rate over `capacityPerReplica` when that is larger. None while no signal is
+/// above its activation threshold: KEDA's activation wins over the value, as in the reactive
+/// answer, so a queue or a GPU idling under its `*Activation*` key neither holds a replica
+/// nor keeps a fleet with `scaleToZero` from reaching zero.
 pub fn observed_demand(d: &Demand, arrival_rate: Option<f64>, capacity_per_replica: Option<f64>) -> f64 {
+    if !d.active {
+        return 0.0;
+    }
     let mut x = d.replicas;
     if let (Some(mu), Some(rate)) = (capacity_per_replica, arrival_rate) {
         x = x.max(rate / mu);
@@ -535,6 +541,22 @@ mod tests {
         let d = Demand { replicas: 1.0, driver: Some(0), active: true };
         assert_eq!(observed_demand(&d, Some(7.0), Some(2.0)), 3.5);
         assert_eq!(observed_demand(&d, Some(7.0), None), 1.0);
+        // Under every activation threshold: no demand, whatever the values say.
+        let idle = Demand { active: false, ..d };
+        assert_eq!(observed_demand(&idle, Some(7.0), Some(2.0)), 0.0);
+    }
+
+    /// A signal under its activation threshold (a GPU idling at 2 % against
+    /// `dcgmActivationUtilization: 10`) neither holds a replica nor keeps the fleet from zero.
+    #[test]
+    fn an_inactive_signal_lets_the_fleet_reach_zero() {
+        let mut p = Predictor::new(&settings(true, 60.0), 60.0, 5.0).unwrap();
+        let idle = Demand { replicas: 0.025, driver: Some(0), active: false };
+        let mut last = u32::MAX;
+        for i in 0..2_000 {
+            last = p.step(T0 + 5.0 * f64::from(i), observed_demand(&idle, None, None)).desired;
+        }
+        assert_eq!(last, 0);
     }
 
     #[test]
