@@ -483,7 +483,7 @@ impl Cluster {
                 "pod": pod,
                 "node": node,
                 "auto": match auto {
-                    Some(w) => serde_json::json!({"seconds": w, "from": format!("p{:.0} of {} measured pod warm-ups", warmup::AUTO_QUANTILE * 100.0, pod.samples)}),
+                    Some(w) => serde_json::json!({"seconds": w, "from": format!("p{:.0} of {} measured pod warm-ups + {} s for the HPA's sync period", warmup::AUTO_QUANTILE * 100.0, pod.samples, warmup::ACTUATION_S)}),
                     None => serde_json::json!({"seconds": null, "from": format!("configured fallback until {} samples", warmup::MIN_SAMPLES)}),
                 },
             },

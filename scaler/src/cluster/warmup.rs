@@ -142,10 +142,16 @@ pub struct Summary {
     pub last: Option<f64>,
 }
 
-/// The warm-up `warmupSeconds: auto` plans with: the high quantile once there are enough
-/// samples, else `None` (the caller keeps the configured fallback).
+/// Seconds from an answer to the pod's creation that a pod's own creation → Ready leaves
+/// out: the HPA reads the metric once per sync period (15 s, Kubernetes' default
+/// `--horizontal-pod-autoscaler-sync-period`), then the workload controller creates the pod.
+pub const ACTUATION_S: f64 = 15.0;
+
+/// The warm-up `warmupSeconds: auto` plans with: the high quantile of the measured pod
+/// warm-ups plus [`ACTUATION_S`] once there are enough samples, else `None` (the caller
+/// keeps the configured fallback).
 pub fn auto_warmup(samples: &Samples) -> Option<f64> {
-    (samples.len() >= MIN_SAMPLES).then(|| samples.quantile(AUTO_QUANTILE)).flatten()
+    (samples.len() >= MIN_SAMPLES).then(|| samples.quantile(AUTO_QUANTILE)).flatten().map(|w| w + ACTUATION_S)
 }
 
 #[cfg(test)]
@@ -208,7 +214,7 @@ mod tests {
         assert_eq!(auto_warmup(&s), None, "one sample is not enough");
         s.record("b", 300.0);
         s.record("c", 200.0);
-        assert_eq!(auto_warmup(&s), Some(300.0));
+        assert_eq!(auto_warmup(&s), Some(300.0 + ACTUATION_S), "p90 and the HPA's sync period");
         assert_eq!(s.summary().p50, Some(200.0));
         for i in 0..(MAX_SAMPLES + 10) {
             s.record(&format!("x{i}"), 1.0);
