@@ -54,6 +54,22 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 }
                 let md = t.get("metadata").cloned().unwrap_or(serde_yaml_ng::Value::Null);
                 let mut c = check_map(ns, name, i, &md, env);
+                // The trigger's own `metricType` (beside `metadata`, so `serve` never sees it):
+                // prescale answers a replica count for the HPA's AverageValue rule; with
+                // `Value` the HPA multiplies the answer by the current replica count.
+                if let Some(mt) = t.get("metricType").map(|m| m.as_str().unwrap_or("")) {
+                    if mt != "AverageValue" {
+                        c.errors.push(ConfigError {
+                            scaled_object: c.scaled_object.clone(),
+                            key: "metricType".into(),
+                            value: Some(mt.to_string()),
+                            reason: "must be AverageValue (the default): prescale answers the replica count, and \
+                                     with Value the HPA would scale to that count times the current replicas"
+                                .into(),
+                        });
+                        c.config = None;
+                    }
+                }
                 if let Some(cfg) = &c.config {
                     c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
                 }
@@ -344,6 +360,19 @@ spec:
         assert_eq!(r[0].trigger, 1);
         assert!(r[0].errors.is_empty(), "{:?}", r[0].errors);
         assert!(r[0].notes[0].contains("RABBITMQ_URL"));
+    }
+
+    #[test]
+    fn a_trigger_metric_type_other_than_average_value_is_an_error_naming_it() {
+        let value = SO.replace("  - type: external\n", "  - type: external\n    metricType: Value\n");
+        let r = check(&value, &BTreeMap::new()).unwrap();
+        let e = &r[0].errors;
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].value.as_deref()), ("metricType", Some("Value")));
+        assert_eq!(e[0].scaled_object, "ml/llama");
+        assert!(r[0].config.is_none());
+        let average = SO.replace("  - type: external\n", "  - type: external\n    metricType: AverageValue\n");
+        assert!(check(&average, &BTreeMap::new()).unwrap()[0].errors.is_empty());
     }
 
     #[test]

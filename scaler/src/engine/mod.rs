@@ -32,7 +32,10 @@ pub struct EngineOptions {
     /// A ScaledObject not asked about for this long is dropped.
     pub idle_drop: Duration,
     /// How long a first GetMetrics/IsActive waits for the first reading of a new
-    /// ScaledObject before answering UNAVAILABLE.
+    /// ScaledObject before answering UNAVAILABLE. Under half of KEDA's metrics-adapter
+    /// budget: one 3-s gRPC deadline covers GetMetricSpec, GetMetrics and IsActive in
+    /// turn, and the adapter retries on UNAVAILABLE, so a wait of the whole 3 s turned a
+    /// slow first read into a deadline exceeded with no time left for the retry.
     pub first_read_wait: Duration,
     /// Warm each new ScaledObject's planner from the demand history in this Prometheus.
     pub history: Option<history::HistoryOptions>,
@@ -40,7 +43,7 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_secs(3), history: None }
+        Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_millis(1_400), history: None }
     }
 }
 
