@@ -70,6 +70,33 @@ fuzz_target!(|data: &[u8]| {
     for so in objects::<DynamicObject>(&doc, "scaledobjects") {
         let _ = target::scale_target_ref(&so);
     }
+    // A static NodePool's size from its targets' needs: grown when one needs nodes, else
+    // shrunk by no more than the removable nodes and never below the base.
+    if let Some(st) = doc.get("staticPool") {
+        let int = |k: &str| st.get(k).and_then(Value::as_i64).unwrap_or(0);
+        let (current, base) = (int("current"), int("base"));
+        let removable = u32::try_from(int("removable")).unwrap_or(0);
+        let needs: Vec<i64> = st
+            .get("needs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|n| {
+                let n = u32::try_from(n.as_u64()?).ok()?;
+                Some(headroom::static_pool_need(n, n / 2, n / 3, n % 5, n % 7))
+            })
+            .collect();
+        let size = headroom::static_pool_replicas(current, base, &needs, removable);
+        if needs.iter().any(|n| *n > 0) {
+            assert!(size >= current, "{size} < {current} with a need");
+        } else {
+            assert!(size <= current && size >= current.min(base), "{size} from {current}, base {base}");
+            assert!(current - size <= i64::from(removable));
+        }
+        let mut stab = headroom::Stabilizer::default();
+        let held = stab.apply(int("at").unsigned_abs(), size);
+        assert_eq!(held, size);
+    }
     let ready = pods.iter().filter(|p| warmup::pod_is_ready(p)).count();
     let spec_replicas = doc.get("specReplicas").and_then(Value::as_u64).map(|n| n as u32);
     let fleet = PlannedFleet::from_pods(ready, pods.len(), spec_replicas);
