@@ -90,6 +90,11 @@ pub struct Stabilizer {
 }
 
 impl Stabilizer {
+    /// A stabilizer that has seen `size` at `now_ms`.
+    pub fn holding(now_ms: u64, size: i64) -> Self {
+        Self { recent: std::collections::VecDeque::from([(now_ms, size)]) }
+    }
+
     /// Record `size` computed at `now_ms` and return the size to apply.
     pub fn apply(&mut self, now_ms: u64, size: i64) -> i64 {
         let since = now_ms.saturating_sub(STATIC_POOL_STABILIZATION_MS);
@@ -301,6 +306,10 @@ mod tests {
         assert_eq!(st.apply(7_000 + STATIC_POOL_STABILIZATION_MS, 2), 2);
         // A clock that steps back forgets what it cannot place.
         assert_eq!(st.apply(1_000, 3), 3);
+        // A pool first seen (a new leader) keeps its size for the window before shrinking.
+        let mut fresh = Stabilizer::holding(50_000, 6);
+        assert_eq!(fresh.apply(50_000, 4), 6);
+        assert_eq!(fresh.apply(50_000 + STATIC_POOL_STABILIZATION_MS, 4), 4);
     }
 
     #[test]

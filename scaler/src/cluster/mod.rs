@@ -937,7 +937,13 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             let base =
                 annotations.get(headroom::POOL_BASE_ANNOTATION).and_then(|v| v.parse::<i64>().ok()).unwrap_or(current);
             let sized = headroom::static_pool_replicas(current, base, needs, *removable);
-            let target_replicas = lock(&inner.static_sizes).entry(name.clone()).or_default().apply(now_ms(), sized);
+            let now = now_ms();
+            // A pool first seen (at start-up, or by a new leader) holds the size it has for a
+            // window before any shrink: the previous writer's recent sizes are not known here.
+            let target_replicas = lock(&inner.static_sizes)
+                .entry(name.clone())
+                .or_insert_with(|| headroom::Stabilizer::holding(now, current))
+                .apply(now, sized);
             if target_replicas != current {
                 patch.insert("spec".into(), serde_json::json!({"replicas": target_replicas}));
             }
