@@ -59,6 +59,23 @@ pub fn static_pool_need(desired: u32, placed: u32, fits_now: u32, in_flight: u32
     }
 }
 
+/// What one target asks of its static NodePool; the pool's nodes still launching are
+/// known only where the pool is read, so the need in nodes is computed there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StaticAsk {
+    pub desired: u32,
+    pub placed: u32,
+    pub fits_now: u32,
+    pub per_node: u32,
+}
+
+impl StaticAsk {
+    /// [`static_pool_need`] with the pool's nodes still launching.
+    pub fn need(&self, in_flight: u32) -> i64 {
+        static_pool_need(self.desired, self.placed, self.fits_now, in_flight, self.per_node)
+    }
+}
+
 /// A need for a target that asks nothing of the pool (`karpenterMode: off`).
 pub const NEEDS_NOTHING: i64 = -(u32::MAX as i64);
 

@@ -153,8 +153,6 @@ struct TargetView {
     refreshed: bool,
     fit: Option<Fit>,
     free_by_pool: BTreeMap<String, Resources>,
-    #[serde(skip)]
-    nodes_by_pool: BTreeMap<String, PoolNodes>,
     pools: Vec<PoolInfo>,
     warnings: Vec<String>,
     existing_placeholders: u32,
@@ -217,6 +215,8 @@ struct Inner {
     leader: AtomicBool,
     leader_state: Mutex<LeaderState>,
     priority_uid: Mutex<Option<String>>,
+    /// NodePool → its GPU nodes and the empty ones, as the last refresh saw them.
+    pool_nodes: RwLock<BTreeMap<String, PoolNodes>>,
     /// Static NodePool → the sizes reconcile computed lately (scale-down stabilization).
     static_sizes: Mutex<BTreeMap<String, headroom::Stabilizer>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -251,6 +251,7 @@ impl Cluster {
                 leader: AtomicBool::new(false),
                 leader_state: Mutex::new(LeaderState::default()),
                 priority_uid: Mutex::new(None),
+                pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
@@ -289,6 +290,7 @@ impl Cluster {
                 leader: AtomicBool::new(false),
                 leader_state: Mutex::new(LeaderState::default()),
                 priority_uid: Mutex::new(None),
+                pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
@@ -594,7 +596,7 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
     let pools: Vec<DynamicObject> = stores.nodepools.state().iter().map(|c| (**c).clone()).collect();
     let caps: Vec<NodeCapacity> = capacity::free_per_node(&nodes, &pods);
     let free_by_pool = capacity::free_per_pool(&caps);
-    let nodes_by_pool = capacity::nodes_per_pool(&caps);
+    *write(&inner.pool_nodes) = capacity::nodes_per_pool(&caps);
     let m = &inner.metrics;
     for (pool, res) in &free_by_pool {
         for (r, v) in res {
@@ -672,7 +674,6 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
             refreshed: true,
             fit: (!info.gpu_requests.is_empty()).then_some(fit),
             free_by_pool: free_by_pool.clone(),
-            nodes_by_pool: nodes_by_pool.clone(),
             pools: target::target_pools(&info, &pools, &running_pools),
             warnings: capacity::mig_warnings(&info.gpu_requests, &info.placement, &nodes),
             existing_placeholders: existing,
@@ -818,10 +819,10 @@ async fn set_placeholders(
 async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     let Some(stores) = &inner.stores else { return };
     let targets: Vec<Arc<Target>> = read(&inner.targets).values().cloned().collect();
-    // NodePool → (ScaledObject → hint), and static pools to resize: pool → each target's
-    // need in nodes, and the pool's nodes that a scale-down may remove harmlessly.
+    // NodePool → (ScaledObject → hint), and static pools to resize: pool → what each of
+    // its targets asks (`None`: nothing, `karpenterMode: off`).
     let mut hints: BTreeMap<String, BTreeMap<String, headroom::PoolHint>> = BTreeMap::new();
-    let mut static_needs: BTreeMap<String, (Vec<i64>, u32)> = BTreeMap::new();
+    let mut static_asks: BTreeMap<String, Vec<Option<headroom::StaticAsk>>> = BTreeMap::new();
     for t in &targets {
         let settings = lock(&t.settings).clone();
         let info = read(&t.info).clone();
@@ -853,24 +854,13 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             }
         }
         if let Some(sp) = static_pool {
-            let nodes = view.nodes_by_pool.get(&sp.name).copied().unwrap_or_default();
-            // NodeClaims asked for and not yet a GPU node: their room is on its way.
-            let launching = sp.static_replicas.unwrap_or(0).saturating_sub(i64::from(nodes.gpu_nodes)).max(0);
-            let launching = u32::try_from(launching).unwrap_or(u32::MAX);
-            let need = if settings.karpenter_mode == KarpenterMode::Off {
-                headroom::NEEDS_NOTHING
-            } else {
-                headroom::static_pool_need(
-                    desired,
-                    view.placed,
-                    fit.fits_now,
-                    launching,
-                    fit.per_empty_node.unwrap_or(1),
-                )
-            };
-            let e = static_needs.entry(sp.name.clone()).or_default();
-            e.0.push(need);
-            e.1 = nodes.empty.saturating_add(launching);
+            let ask = (settings.karpenter_mode != KarpenterMode::Off).then(|| headroom::StaticAsk {
+                desired,
+                placed: view.placed,
+                fits_now: fit.fits_now,
+                per_node: fit.per_empty_node.unwrap_or(1),
+            });
+            static_asks.entry(sp.name.clone()).or_default().push(ask);
         }
         // Placeholders only in headroom mode and not where a static pool is resized instead.
         let placeholders =
@@ -919,6 +909,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // NodePool annotations and static resizes.
     let pools: Vec<DynamicObject> = stores.nodepools.state().iter().map(|p| (**p).clone()).collect();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &target::nodepool_resource());
+    let pool_nodes = read(&inner.pool_nodes).clone();
     for np in &pools {
         let name = np.metadata.name.clone().unwrap_or_default();
         let annotations = np.metadata.annotations.clone().unwrap_or_default();
@@ -932,11 +923,17 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 want.clone().map(serde_json::Value::String).unwrap_or(serde_json::Value::Null),
             );
         }
-        if let Some((needs, removable)) = static_needs.get(&name) {
+        if let Some(asks) = static_asks.get(&name) {
             let current = np.data.pointer("/spec/replicas").and_then(|v| v.as_i64()).unwrap_or(0);
             let base =
                 annotations.get(headroom::POOL_BASE_ANNOTATION).and_then(|v| v.parse::<i64>().ok()).unwrap_or(current);
-            let sized = headroom::static_pool_replicas(current, base, needs, *removable);
+            let nodes = pool_nodes.get(&name).copied().unwrap_or_default();
+            // NodeClaims asked for and not yet a GPU node: their room is on its way.
+            let launching =
+                u32::try_from(current.saturating_sub(i64::from(nodes.gpu_nodes)).max(0)).unwrap_or(u32::MAX);
+            let needs: Vec<i64> =
+                asks.iter().map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(launching))).collect();
+            let sized = headroom::static_pool_replicas(current, base, &needs, nodes.empty.saturating_add(launching));
             let now = now_ms();
             // A pool first seen (at start-up, or by a new leader) holds the size it has for a
             // window before any shrink: the previous writer's recent sizes are not known here.
