@@ -1,4 +1,5 @@
-//! HTTP: `/healthz`, `/readyz`, `/metrics`, `/debug/scalers`.
+//! HTTP: `/healthz`, `/readyz`, `/metrics`, `/debug/scalers`, and `/peers/plans` (the plans
+//! of the ScaledObjects KEDA asks this replica about, read by the Lease holder).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug/scalers", get(debug))
         .route("/debug/scalers/{namespace}/{name}", get(debug_one))
+        .route(crate::cluster::peers::PATH, get(peer_plans))
         .with_state(state)
 }
 
@@ -42,6 +44,13 @@ async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         s.engine.metrics().render(),
     )
+}
+
+async fn peer_plans(State(s): State<HttpState>) -> axum::response::Response {
+    match s.engine.cluster() {
+        Some(c) => Json(c.peer_report()).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "cluster integration not started\n").into_response(),
+    }
 }
 
 async fn debug(State(s): State<HttpState>) -> impl IntoResponse {

@@ -47,6 +47,7 @@ fn kind_of(collection: &str) -> (&'static str, &'static str) {
         "apis/karpenter.sh/v1/nodeclaims" => ("karpenter.sh/v1", "NodeClaim"),
         "apis/coordination.k8s.io/v1/leases" => ("coordination.k8s.io/v1", "Lease"),
         "apis/scheduling.k8s.io/v1/priorityclasses" => ("scheduling.k8s.io/v1", "PriorityClass"),
+        "apis/discovery.k8s.io/v1/endpointslices" => ("discovery.k8s.io/v1", "EndpointSlice"),
         _ => ("v1", "Unknown"),
     }
 }
@@ -344,6 +345,7 @@ const SCALEDOBJECTS: &str = "apis/keda.sh/v1alpha1/scaledobjects";
 const NODEPOOLS: &str = "apis/karpenter.sh/v1/nodepools";
 const NODECLAIMS: &str = "apis/karpenter.sh/v1/nodeclaims";
 const LEASES: &str = "apis/coordination.k8s.io/v1/leases";
+const ENDPOINTSLICES: &str = "apis/discovery.k8s.io/v1/endpointslices";
 
 fn h100_node(name: &str, created: &str, ready: &str, mig_3g: u32) -> Value {
     json!({
@@ -835,6 +837,104 @@ async fn two_instances_one_lease_one_writer() {
     let lease = api.get(LEASES, "prescale", "prescale-leader").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
     assert!(api.writes().iter().any(|w| w.starts_with("PUT /apis/coordination.k8s.io/v1/namespaces/prescale/leases/")));
+}
+
+/// The EndpointSlice the EndpointSlice controller keeps for one prescale pod of the
+/// Service `prescale` (one slice each: the two test servers listen on different ports).
+fn prescale_slice(pod: &str, http_url: &str) -> Value {
+    let port: u16 = http_url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the HTTP URL");
+    json!({
+        "metadata": {"name": format!("prescale-{pod}"), "namespace": "prescale",
+            "labels": {"kubernetes.io/service-name": "prescale",
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "grpc", "port": 1, "protocol": "TCP"}, {"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true, "serving": true, "terminating": false},
+            "targetRef": {"kind": "Pod", "namespace": "prescale", "name": pod}}]
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_replica_about() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let prom = fake_prometheus(Arc::new(Mutex::new(6.0))).await;
+    let kc = kubeconfig(&api.url());
+    let mut env = env_for(&kc);
+    env.push(("PRESCALE_PEERS_SERVICE", "prescale"));
+    // A placeholder an earlier leader left for a ScaledObject since deleted, and a pod that
+    // carries the label but is not prescale's.
+    let left = |name: &str, managed: Option<&str>| {
+        let mut labels = json!({"prescale.io/headroom-for": "llm.gone"});
+        if let Some(m) = managed {
+            labels["app.kubernetes.io/managed-by"] = json!(m);
+        }
+        json!({"metadata": {"name": name, "namespace": "llm", "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": labels}, "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+            "status": {"phase": "Pending"}})
+    };
+    api.put(PODS, left("prescale-headroom-llm-gone-0", Some("prescale")));
+    api.put(PODS, left("someone-elses", Some("helm")));
+    let a = Server::start_with_env(&[], &env);
+    let b = Server::start_with_env(&[], &env);
+    api.put(ENDPOINTSLICES, prescale_slice("prescale-a", &a.http));
+    api.put(ENDPOINTSLICES, prescale_slice("prescale-b", &b.http));
+    eventually(20, "a leader", || {
+        let (a, b) = (&a, &b);
+        async move { (cluster_status(a).await["leader"] == true || cluster_status(b).await["leader"] == true).then_some(()) }
+    })
+    .await;
+    let (leader, mut follower) = if cluster_status(&a).await["leader"] == true { (a, b) } else { (b, a) };
+    // KEDA's one pooled connection reaches the replica that does not hold the Lease.
+    let c = follower.client().await;
+    let llama = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom")]));
+    eventually(20, "the follower answers", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { metric(&mut c, &r).await.ok() }
+    })
+    .await;
+    let (_, report) = follower.get("/peers/plans").await;
+    let report: Value = serde_json::from_str(&report).expect("a peer report");
+    assert_eq!(report["plans"][0]["name"], "llama", "{report}");
+    assert_eq!(report["plans"][0]["karpenterMode"], "headroom", "{report}");
+    // The leader is never asked, yet follows llama's plan: placeholders for what does not
+    // fit (3 running + 1 free slot), written by the leader alone.
+    let pods = eventually(30, "placeholders written by the Lease holder", || {
+        let (api, f) = (api.clone(), &follower);
+        async move {
+            let desired = debug_of(f, "llama").await["cluster"]["plan"]["desired"].as_u64()? as usize;
+            let p = placeholders(&api);
+            (desired > 4 && p.len() == desired - 4).then_some(p)
+        }
+    })
+    .await;
+    assert_eq!(pods[0]["spec"]["priorityClassName"], "prescale-headroom");
+    // The leftover goes once the leader has led for four Lease durations; the other stays.
+    eventually(30, "the orphaned placeholder removed", || {
+        let api = api.clone();
+        async move { api.get(PODS, "llm", "prescale-headroom-llm-gone-0").is_none().then_some(()) }
+    })
+    .await;
+    assert!(api.get(PODS, "llm", "someone-elses").is_some());
+    let st = cluster_status(&leader).await;
+    assert_eq!(st["peers"]["service"], "prescale/prescale", "{st}");
+    assert_eq!(st["peers"]["adopted"], json!(["llm/llama"]), "{st}");
+    assert_eq!(st["peers"]["peers"].as_array().map(Vec::len), Some(2), "{st}");
+    let (_, mine) = leader.get("/peers/plans").await;
+    assert!(serde_json::from_str::<Value>(&mine).unwrap()["plans"].as_array().is_some_and(Vec::is_empty), "{mine}");
+    assert_eq!(debug_of(&leader, "llama").await, json!({}), "the leader's engine does not plan llama itself");
+    assert_eq!(cluster_status(&follower).await["leader"], false);
+    // The follower goes (its ScaledObject is now asked of nobody): once no replica has
+    // planned it for four Lease durations, the leader forgets it and removes what it wrote.
+    follower.terminate();
+    eventually(40, "placeholders removed once no replica plans the ScaledObject", || {
+        let api = api.clone();
+        async move { placeholders(&api).is_empty().then_some(()) }
+    })
+    .await;
+    let st = cluster_status(&leader).await;
+    assert_eq!(st["peers"]["adopted"], json!([]), "{st}");
+    assert!(st["peers"]["peers"].as_array().is_some_and(|p| p.iter().any(|x| x["error"].is_string())), "{st}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

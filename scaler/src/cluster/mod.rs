@@ -12,16 +12,18 @@
 //! - `capacity.rs`: free capacity per node / NodePool, fit count, MIG warnings (pure).
 //! - `headroom.rs`: placeholder pods, NodePool hint annotation, static pool resize.
 //! - `lease.rs`: the one writer (a `coordination.k8s.io` Lease).
+//! - `peers.rs`: the plans other replicas serve, which the Lease holder adopts.
 
 pub mod capacity;
 pub mod client;
 pub mod headroom;
 pub mod lease;
+pub mod peers;
 pub mod target;
 pub mod warmup;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -35,6 +37,7 @@ use tokio::task::JoinHandle;
 use crate::config::{ClusterSettings, KarpenterMode, ScalerId};
 use crate::engine::clock::now_ms;
 use crate::metrics::Metrics;
+use crate::sources::vllm::PortRef;
 use capacity::{Fit, NodeCapacity, PoolNodes, Resources, HEADROOM_LABEL};
 use client::Stores;
 use target::{PoolInfo, TargetInfo};
@@ -77,11 +80,17 @@ pub struct ClusterOptions {
     pub reconcile: Duration,
     /// Re-read each ScaledObject's scale target this often.
     pub rediscover: Duration,
+    /// The Service (in the Lease's namespace) whose ready endpoints are the replicas of
+    /// prescale: the Lease holder reads their plans (`None`: one replica, nothing to read).
+    pub peers_service: Option<String>,
+    /// The port of those endpoints that serves HTTP (a name or a number).
+    pub peers_port: PortRef,
 }
 
 impl ClusterOptions {
     /// `PRESCALE_LEASE_NAME`, `PRESCALE_LEASE_NAMESPACE` (or `POD_NAMESPACE`),
-    /// `PRESCALE_LEASE_SECONDS`, `POD_NAME` (identity), `PRESCALE_HEADROOM_IMAGE`.
+    /// `PRESCALE_LEASE_SECONDS`, `POD_NAME` (identity), `PRESCALE_HEADROOM_IMAGE`,
+    /// `PRESCALE_PEERS_SERVICE`, `PRESCALE_PEERS_PORT` (default `http`).
     pub fn from_env() -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let host = env("HOSTNAME")
@@ -99,7 +108,18 @@ impl ClusterOptions {
             refresh: Duration::from_secs(2),
             reconcile: Duration::from_secs(3),
             rediscover: Duration::from_secs(60),
+            peers_service: env("PRESCALE_PEERS_SERVICE"),
+            peers_port: match env("PRESCALE_PEERS_PORT") {
+                Some(p) => p.parse::<u16>().map(PortRef::Number).unwrap_or(PortRef::Name(p)),
+                None => PortRef::Name("http".into()),
+            },
         }
+    }
+
+    /// How long a target adopted from a peer is kept after its plan was last read: four
+    /// Lease durations (a minute at the default 15 s), so a missed read or two changes nothing.
+    pub fn remote_hold(&self) -> Duration {
+        self.lease_duration * 4
     }
 }
 
@@ -136,6 +156,9 @@ struct LeaderState {
     holder: Option<String>,
     error: Option<String>,
     namespace: Option<String>,
+    /// Since when this replica holds the Lease (ms).
+    #[serde(skip)]
+    since_ms: Option<u64>,
 }
 
 /// What the refresh loop computed for one target.
@@ -182,6 +205,12 @@ struct Target {
     plan: Mutex<Option<(u32, u64)>>,
     headroom: Mutex<HeadroomView>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// KEDA asks this replica about the ScaledObject (its engine plans it).
+    local: AtomicBool,
+    /// When a peer's plan for it was last adopted (ms; 0: never).
+    remote_seen_ms: AtomicU64,
+    /// The peer whose plan is followed while not local.
+    remote_from: Mutex<Option<String>>,
 }
 
 impl Drop for Target {
@@ -219,6 +248,9 @@ struct Inner {
     pool_nodes: RwLock<BTreeMap<String, PoolNodes>>,
     /// Static NodePool → the sizes reconcile computed lately (scale-down stabilization).
     static_sizes: Mutex<BTreeMap<String, headroom::Stabilizer>>,
+    /// The last read of the peers' plans.
+    peers: Mutex<peers::PeersView>,
+    http: reqwest::Client,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -253,6 +285,8 @@ impl Cluster {
                 priority_uid: Mutex::new(None),
                 pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
+                peers: Mutex::new(peers::PeersView::default()),
+                http: reqwest::Client::new(),
                 tasks: Mutex::new(Vec::new()),
             }),
         }
@@ -292,6 +326,8 @@ impl Cluster {
                 priority_uid: Mutex::new(None),
                 pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
+                peers: Mutex::new(peers::PeersView::default()),
+                http: reqwest::Client::new(),
                 tasks: Mutex::new(Vec::new()),
             }),
         };
@@ -365,13 +401,19 @@ impl Cluster {
         self.inner.leader.load(Ordering::Relaxed)
     }
 
-    /// Start following a ScaledObject (idempotent; the latest settings win).
+    /// Start following a ScaledObject KEDA asks this replica about (idempotent; the latest
+    /// settings win).
     pub fn track(&self, id: &ScalerId, settings: &ClusterSettings) {
         let mut map = write(&self.inner.targets);
         if let Some(t) = map.get(id) {
             *lock(&t.settings) = settings.clone();
+            t.local.store(true, Ordering::Relaxed);
             return;
         }
+        map.insert(id.clone(), self.new_target(id, settings, true));
+    }
+
+    fn new_target(&self, id: &ScalerId, settings: &ClusterSettings, local: bool) -> Arc<Target> {
         let t = Arc::new(Target {
             id: id.clone(),
             settings: Mutex::new(settings.clone()),
@@ -383,16 +425,35 @@ impl Cluster {
             plan: Mutex::new(None),
             headroom: Mutex::new(HeadroomView::default()),
             task: Mutex::new(None),
+            local: AtomicBool::new(local),
+            remote_seen_ms: AtomicU64::new(0),
+            remote_from: Mutex::new(None),
         });
         if let Some(client) = self.inner.client.clone() {
             let handle = tokio::spawn(discovery_loop(Arc::downgrade(&t), client, self.inner.opts.rediscover));
             *lock(&t.task) = Some(handle);
         }
-        map.insert(id.clone(), t);
+        t
     }
 
-    /// Stop following a ScaledObject; the leader removes its placeholders.
+    /// Stop following a ScaledObject KEDA no longer asks this replica about. A plan a peer
+    /// still serves for it keeps it followed; otherwise the leader removes its placeholders.
     pub fn untrack(&self, id: &ScalerId) {
+        let hold = self.inner.opts.remote_hold().as_millis() as u64;
+        {
+            let map = read(&self.inner.targets);
+            if let Some(t) = map.get(id) {
+                let seen = t.remote_seen_ms.load(Ordering::Relaxed);
+                if seen > 0 && now_ms().saturating_sub(seen) <= hold {
+                    t.local.store(false, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        self.forget(id);
+    }
+
+    fn forget(&self, id: &ScalerId) {
         let removed = write(&self.inner.targets).remove(id);
         let labels = vec![("namespace", id.namespace.clone()), ("scaledobject", id.name.clone())];
         self.inner.metrics.fit_replicas.remove(&labels);
@@ -449,7 +510,63 @@ impl Cluster {
     /// The plan at now + warm-up (desired replicas), for the leader's headroom.
     pub fn report_plan(&self, id: &ScalerId, desired: u32) {
         if let Some(t) = read(&self.inner.targets).get(id) {
+            t.local.store(true, Ordering::Relaxed);
             *lock(&t.plan) = Some((desired, now_ms()));
+        }
+    }
+
+    /// The plans of the ScaledObjects KEDA asks this replica about, served on
+    /// [`peers::PATH`] for the Lease holder.
+    pub fn peer_report(&self) -> peers::PeerReport {
+        let now = now_ms();
+        let mut plans: Vec<peers::PeerPlan> = read(&self.inner.targets)
+            .values()
+            .filter(|t| t.local.load(Ordering::Relaxed))
+            .filter_map(|t| {
+                let (desired, at) = (*lock(&t.plan))?;
+                let s = lock(&t.settings).clone();
+                Some(peers::PeerPlan {
+                    namespace: t.id.namespace.clone(),
+                    name: t.id.name.clone(),
+                    karpenter_mode: s.karpenter_mode,
+                    resize_static_node_pools: s.resize_static_node_pools,
+                    desired,
+                    age_seconds: now.saturating_sub(at) as f64 / 1000.0,
+                })
+            })
+            .collect();
+        plans.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        peers::PeerReport { identity: self.inner.opts.identity.clone(), plans }
+    }
+
+    /// Follow a ScaledObject another replica plans (the Lease holder only). A target KEDA
+    /// also asks this replica about keeps its own plan and settings.
+    fn adopt(&self, id: &ScalerId, a: &peers::Adopted, now: u64) {
+        let mut map = write(&self.inner.targets);
+        let t = map.entry(id.clone()).or_insert_with(|| {
+            tracing::info!(scaled_object = %id, peer = %a.from, "following a ScaledObject another replica plans");
+            self.new_target(id, &a.settings, false)
+        });
+        t.remote_seen_ms.store(now, Ordering::Relaxed);
+        if !t.local.load(Ordering::Relaxed) {
+            *lock(&t.settings) = a.settings.clone();
+            *lock(&t.plan) = Some((a.desired, now.saturating_sub(a.age_ms)));
+            *lock(&t.remote_from) = Some(a.from.clone());
+        }
+    }
+
+    /// Forget the targets no replica has planned for [`ClusterOptions::remote_hold`].
+    fn expire_remote(&self, now: u64) {
+        let hold = self.inner.opts.remote_hold().as_millis() as u64;
+        let gone: Vec<ScalerId> = read(&self.inner.targets)
+            .values()
+            .filter(|t| !t.local.load(Ordering::Relaxed))
+            .filter(|t| now.saturating_sub(t.remote_seen_ms.load(Ordering::Relaxed)) > hold)
+            .map(|t| t.id.clone())
+            .collect();
+        for id in gone {
+            tracing::info!(scaled_object = %id, "no replica plans this ScaledObject any more: no longer followed");
+            self.forget(&id);
         }
     }
 
@@ -462,6 +579,7 @@ impl Cluster {
             "leaseHolder": ls.holder,
             "lease": format!("{}/{}", ls.namespace.unwrap_or_default(), self.inner.opts.lease_name),
             "identity": self.inner.opts.identity,
+            "peers": &*lock(&self.inner.peers),
             "watches": self.inner.stores.as_ref().map(|s| lock(&s.health).clone()),
         })
     }
@@ -478,7 +596,13 @@ impl Cluster {
         let spec_replicas = read(&t.info).as_ref().and_then(|i| self.spec_replicas(i));
         let plan = *lock(&t.plan);
         let over = plan.and_then(|(d, _)| over_capacity(d, &view));
+        let origin = if t.local.load(Ordering::Relaxed) {
+            "planned here (KEDA asks this replica)".to_string()
+        } else {
+            format!("adopted from peer {}", lock(&t.remote_from).clone().unwrap_or_default())
+        };
         serde_json::json!({
+            "origin": origin,
             "target": &*read(&t.info),
             "discoveryError": &*read(&t.discovery_error),
             "warmup": {
@@ -725,6 +849,9 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
                 ls.holder = holder.clone();
             }
             ls.error = error.clone();
+            if leader != was {
+                ls.since_ms = leader.then(now_ms);
+            }
         }
         if leader != was {
             if leader {
@@ -742,14 +869,64 @@ async fn reconcile_loop(weak: std::sync::Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let every = inner.opts.reconcile;
+        let cluster = Cluster { inner: inner.clone() };
         if inner.leader.load(Ordering::Relaxed) {
             if let Some(client) = inner.client.clone() {
+                sync_peers(&cluster, &client).await;
                 reconcile_once(&inner, &client).await;
             }
         }
+        cluster.expire_remote(now_ms());
+        drop(cluster);
         drop(inner);
         tokio::time::sleep(every).await;
     }
+}
+
+/// Read every replica's plans and adopt those of ScaledObjects KEDA asks another replica about.
+async fn sync_peers(cluster: &Cluster, client: &kube::Client) {
+    let inner = &cluster.inner;
+    let Some(service) = inner.opts.peers_service.clone() else {
+        lock(&inner.peers).service = None;
+        return;
+    };
+    let namespace = lock(&inner.leader_state).namespace.clone().unwrap_or_else(|| client.default_namespace().into());
+    let timeout = Duration::from_secs(2);
+    let mut view = peers::PeersView { service: Some(format!("{namespace}/{service}")), ..Default::default() };
+    match peers::discover(client, &namespace, &service, &inner.opts.peers_port, timeout).await {
+        Err(e) => {
+            if lock(&inner.peers).error.as_deref() != Some(e.as_str()) {
+                tracing::warn!(error = %e, "cannot list the other replicas: ScaledObjects KEDA asks them about are not followed");
+            }
+            // Keep what was adopted; it expires if this persists.
+            view.adopted = lock(&inner.peers).adopted.clone();
+            view.error = Some(e);
+        }
+        Ok(bases) => {
+            let reads = futures::future::join_all(bases.iter().map(|b| peers::fetch(&inner.http, b, timeout))).await;
+            let mut reports = Vec::new();
+            for (url, r) in bases.into_iter().zip(reads) {
+                match r {
+                    Ok(rep) => {
+                        view.peers.push(peers::PeerView {
+                            url,
+                            identity: Some(rep.identity.clone()),
+                            plans: rep.plans.len(),
+                            error: None,
+                        });
+                        reports.push(rep);
+                    }
+                    Err(e) => view.peers.push(peers::PeerView { url, identity: None, plans: 0, error: Some(e) }),
+                }
+            }
+            let now = now_ms();
+            for (id, a) in peers::merge(&inner.opts.identity, &reports) {
+                cluster.adopt(&id, &a, now);
+                view.adopted.push(id.to_string());
+            }
+        }
+    }
+    *lock(&inner.peers) = view;
 }
 
 async fn priority_class_uid(inner: &Inner, client: &kube::Client) -> Result<String, ClusterError> {
@@ -774,6 +951,38 @@ async fn priority_class_uid(inner: &Inner, client: &kube::Client) -> Result<Stri
 
 /// Make the target's placeholder pods exactly `n` (indices 0..n). `info` may be `None`
 /// only when `n` is 0.
+/// Delete the placeholders of ScaledObjects that no replica plans any more (deleted, or no
+/// longer asked about): created by an earlier leader, or before a restart.
+async fn remove_orphan_placeholders(
+    stores: &Stores,
+    client: &kube::Client,
+    owners: &std::collections::HashSet<String>,
+    min_age_ms: u64,
+) {
+    let now = now_ms();
+    for p in stores.pods.state() {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let Some(owner) = labels.get(HEADROOM_LABEL) else { continue };
+        let ours = labels.get(headroom::MANAGED_BY).map(String::as_str) == Some("prescale");
+        let created_ms = p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64);
+        let young = created_ms.is_none_or(|c| now.saturating_sub(c) < min_age_ms);
+        if !ours || owners.contains(owner) || young || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let (Some(ns), Some(name)) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref()) else { continue };
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(pod = %format!("{ns}/{name}"), owner = %owner, "removed a headroom placeholder no planned ScaledObject owns")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "cannot remove an orphaned headroom placeholder")
+            }
+        }
+    }
+}
+
 async fn set_placeholders(
     client: &kube::Client,
     id: &ScalerId,
@@ -823,6 +1032,23 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // its targets asks (`None`: nothing, `karpenterMode: off`).
     let mut hints: BTreeMap<String, BTreeMap<String, headroom::PoolHint>> = BTreeMap::new();
     let mut static_asks: BTreeMap<String, Vec<Option<headroom::StaticAsk>>> = BTreeMap::new();
+    // What every followed ScaledObject may own: its placeholders' label, the pools it lands on
+    // (known only once its target is read and refreshed).
+    let owners: std::collections::HashSet<String> = targets.iter().map(|t| headroom::target_label(&t.id)).collect();
+    let mut referenced: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut all_known = true;
+    for t in &targets {
+        let v = read(&t.view);
+        all_known &= read(&t.info).is_some() && v.refreshed;
+        referenced.extend(v.pools.iter().map(|p| p.name.clone()));
+    }
+    // Leading for a Lease-hold window: KEDA and the peers have had time to name every
+    // ScaledObject still planned, so what no followed one owns was left behind.
+    let hold = inner.opts.remote_hold().as_millis() as u64;
+    let settled = lock(&inner.leader_state).since_ms.is_some_and(|s| now_ms().saturating_sub(s) >= hold);
+    if settled {
+        remove_orphan_placeholders(stores, client, &owners, hold).await;
+    }
     for t in &targets {
         let settings = lock(&t.settings).clone();
         let info = read(&t.info).clone();
@@ -923,7 +1149,17 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 want.clone().map(serde_json::Value::String).unwrap_or(serde_json::Value::Null),
             );
         }
-        if let Some(asks) = static_asks.get(&name) {
+        // A pool prescale grew (it carries its base) that no followed ScaledObject lands on any
+        // more gives its nodes back: shrunk like a pool whose targets all spare everything.
+        let orphan = [None];
+        let asks = static_asks.get(&name).map(Vec::as_slice).or_else(|| {
+            (settled
+                && all_known
+                && !referenced.contains(&name)
+                && annotations.contains_key(headroom::POOL_BASE_ANNOTATION))
+            .then_some(&orphan[..])
+        });
+        if let Some(asks) = asks {
             let current = np.data.pointer("/spec/replicas").and_then(|v| v.as_i64()).unwrap_or(0);
             let base =
                 annotations.get(headroom::POOL_BASE_ANNOTATION).and_then(|v| v.parse::<i64>().ok()).unwrap_or(current);

@@ -118,7 +118,7 @@ pub struct ScalerConfig {
 }
 
 /// What prescale may write for Karpenter (`karpenterMode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KarpenterMode {
     Off,

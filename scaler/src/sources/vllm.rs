@@ -455,9 +455,14 @@ impl VllmSource {
     }
 }
 
-/// Scrape URLs of the ready endpoints of these slices. An endpoint listed in several slices
-/// (dual-stack: one IPv4 and one IPv6 slice) is read once, preferring IPv4.
+/// Scrape URLs of the ready endpoints of these slices (see [`slice_bases`]).
 pub fn slice_urls(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], port: &PortRef) -> Vec<String> {
+    slice_bases(slices, port).into_iter().map(|b| format!("{b}/metrics")).collect()
+}
+
+/// `http://host:port` of the ready endpoints of these slices. An endpoint listed in several
+/// slices (dual-stack: one IPv4 and one IPv6 slice) is listed once, preferring IPv4.
+pub fn slice_bases(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], port: &PortRef) -> Vec<String> {
     let mut by_pod: BTreeMap<String, (bool, String)> = BTreeMap::new();
     for sl in slices {
         let ty = sl.address_type.as_str();
@@ -486,7 +491,7 @@ pub fn slice_urls(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], por
             }
             let Some(addr) = ep.addresses.first().filter(|a| !a.is_empty()) else { continue };
             let host = if ty == "IPv6" { format!("[{addr}]") } else { addr.clone() };
-            let url = format!("http://{host}:{port_no}/metrics");
+            let url = format!("http://{host}:{port_no}");
             let who = ep
                 .target_ref
                 .as_ref()
