@@ -781,6 +781,74 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pool_grown_for_a_scaled_object_nobody_plans_goes_back_by_its_empty_nodes() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    // prescale grew the pool from 2 to 4 for a ScaledObject since deleted (an earlier leader's
+    // work): two more nodes joined, one still empty, one running someone else's pod.
+    api.put(
+        NODEPOOLS,
+        json!({"metadata": {"name": "gpu-mig", "annotations": {"prescale.io/static-base-replicas": "2"}},
+            "spec": {"replicas": 4,
+            "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}]}},
+            "limits": {"nodes": "8"}}}),
+    );
+    for i in 0..2 {
+        api.put(NODES, h100_node(&format!("h100-static-{i}"), "2026-01-02T00:00:00Z", "2026-01-02T00:02:00Z", 2));
+    }
+    let mut busy = vllm_pod(
+        "embed-2",
+        "embed",
+        "h100-static-1",
+        "2026-01-02T00:03:00Z",
+        Some("2026-01-02T00:04:00Z"),
+        "nvidia.com/mig-3g.40gb",
+    );
+    busy["metadata"]["namespace"] = json!("other");
+    api.put(PODS, busy);
+    let kc = kubeconfig(&api.url());
+    let mut env = env_for(&kc);
+    env.push(("PRESCALE_STATIC_POOL_STABILIZATION_SECONDS", "2"));
+    let server = Server::start_with_env(&[], &env);
+    eventually(20, "the Lease held", || {
+        let s = &server;
+        async move { (cluster_status(s).await["leader"] == true).then_some(()) }
+    })
+    .await;
+    // No ScaledObject is planned. Once the leader has led for four Lease durations (12 s
+    // here), the pool gives back its empty node, and only that one: the other runs a pod.
+    let t0 = std::time::Instant::now();
+    eventually(40, "the orphaned pool shrunk by its empty node", || {
+        let api = api.clone();
+        async move { (pool_replicas(&api) == Some(3)).then_some(()) }
+    })
+    .await;
+    assert!(t0.elapsed() >= Duration::from_secs(5), "shrunk before the leader had led for the hold");
+    let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
+    assert_eq!(
+        pool["metadata"]["annotations"]["prescale.io/static-base-replicas"], "2",
+        "still above its base: {pool}"
+    );
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(pool_replicas(&api), Some(3), "a node with a pod on it is never given back: {:?}", api.writes());
+    }
+    // The pod goes: the pool returns to its base and forgets it.
+    api.remove(PODS, "other", "embed-2");
+    eventually(20, "the orphaned pool back at its base", || {
+        let api = api.clone();
+        async move {
+            let p = api.get(NODEPOOLS, "", "gpu-mig")?;
+            (p.pointer("/spec/replicas")?.as_i64() == Some(2)
+                && p.pointer("/metadata/annotations/prescale.io~1static-base-replicas").is_none())
+            .then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_one_lease_one_writer() {
     let api = FakeApi::start().await;
     seed(&api);

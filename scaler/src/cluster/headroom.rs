@@ -94,27 +94,46 @@ pub fn static_pool_replicas(current: i64, base: i64, needs: &[i64], removable: u
     current - shrink
 }
 
-/// How long a static NodePool keeps a size after the need for it went (ms): the HPA's own
-/// scale-down stabilization. A plan that steps down and back up by one replica would
+/// The nodes a static pool can give back without evicting anything: its empty nodes and the
+/// NodeClaims still launching (`current` above its `gpu_nodes`), less the nodes it has beyond
+/// `spec.replicas`. Those are already being removed, empty ones first, so they cannot be
+/// given back twice: until Karpenter has removed them the empty count still shows them.
+pub fn removable_nodes(current: i64, gpu_nodes: u32, empty: u32) -> u32 {
+    let gpu = i64::from(gpu_nodes);
+    let launching = u32::try_from((current.saturating_sub(gpu)).max(0)).unwrap_or(u32::MAX);
+    let leaving = u32::try_from((gpu.saturating_sub(current)).max(0)).unwrap_or(u32::MAX);
+    empty.saturating_sub(leaving).saturating_add(launching)
+}
+
+/// How long a static NodePool keeps a size after the need for it went (ms), unless
+/// `PRESCALE_STATIC_POOL_STABILIZATION_SECONDS` says otherwise: the HPA's own scale-down
+/// stabilization. A plan that steps down and back up by one replica would
 /// otherwise remove a node and launch it again, a warm-up each time.
 pub const STATIC_POOL_STABILIZATION_MS: u64 = 300_000;
 
 /// Scale-down stabilization of one static NodePool: the largest size computed within the
 /// window. Growth applies at once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Stabilizer {
     recent: std::collections::VecDeque<(u64, i64)>,
+    window_ms: u64,
+}
+
+impl Default for Stabilizer {
+    fn default() -> Self {
+        Self { recent: Default::default(), window_ms: STATIC_POOL_STABILIZATION_MS }
+    }
 }
 
 impl Stabilizer {
-    /// A stabilizer that has seen `size` at `now_ms`.
-    pub fn holding(now_ms: u64, size: i64) -> Self {
-        Self { recent: std::collections::VecDeque::from([(now_ms, size)]) }
+    /// A stabilizer over `window_ms` that has seen `size` at `now_ms`.
+    pub fn holding(now_ms: u64, size: i64, window_ms: u64) -> Self {
+        Self { recent: std::collections::VecDeque::from([(now_ms, size)]), window_ms }
     }
 
     /// Record `size` computed at `now_ms` and return the size to apply.
     pub fn apply(&mut self, now_ms: u64, size: i64) -> i64 {
-        let since = now_ms.saturating_sub(STATIC_POOL_STABILIZATION_MS);
+        let since = now_ms.saturating_sub(self.window_ms);
         self.recent.retain(|(at, _)| *at > since && *at <= now_ms);
         self.recent.push_back((now_ms, size));
         self.recent.iter().map(|(_, s)| *s).max().unwrap_or(size)
@@ -286,6 +305,18 @@ mod tests {
     }
 
     #[test]
+    fn a_node_already_leaving_the_pool_is_not_removable_twice() {
+        // 4 nodes, 1 empty, spec 4: that one can go.
+        assert_eq!(removable_nodes(4, 4, 1), 1);
+        // Spec cut to 3 while the empty node is still there: it is the one leaving.
+        assert_eq!(removable_nodes(3, 4, 1), 0);
+        // Two NodeClaims launching, nothing empty: both can be cancelled.
+        assert_eq!(removable_nodes(6, 4, 0), 2);
+        assert_eq!(removable_nodes(i64::MIN, u32::MAX, u32::MAX), 0);
+        assert_eq!(removable_nodes(i64::MAX, 0, u32::MAX), u32::MAX);
+    }
+
+    #[test]
     fn static_pools_grow_by_whole_nodes_and_hold_them_while_replicas_land() {
         // Two replicas per node. The plan wants 6, 2 run, the base nodes have no room.
         let need = static_pool_need(6, 2, 0, 0, 2);
@@ -324,7 +355,7 @@ mod tests {
         // A clock that steps back forgets what it cannot place.
         assert_eq!(st.apply(1_000, 3), 3);
         // A pool first seen (a new leader) keeps its size for the window before shrinking.
-        let mut fresh = Stabilizer::holding(50_000, 6);
+        let mut fresh = Stabilizer::holding(50_000, 6, STATIC_POOL_STABILIZATION_MS);
         assert_eq!(fresh.apply(50_000, 4), 6);
         assert_eq!(fresh.apply(50_000 + STATIC_POOL_STABILIZATION_MS, 4), 4);
     }

@@ -85,12 +85,15 @@ pub struct ClusterOptions {
     pub peers_service: Option<String>,
     /// The port of those endpoints that serves HTTP (a name or a number).
     pub peers_port: PortRef,
+    /// How long a static NodePool keeps a size after its need went.
+    pub static_pool_stabilization: Duration,
 }
 
 impl ClusterOptions {
     /// `PRESCALE_LEASE_NAME`, `PRESCALE_LEASE_NAMESPACE` (or `POD_NAMESPACE`),
     /// `PRESCALE_LEASE_SECONDS`, `POD_NAME` (identity), `PRESCALE_HEADROOM_IMAGE`,
-    /// `PRESCALE_PEERS_SERVICE`, `PRESCALE_PEERS_PORT` (default `http`).
+    /// `PRESCALE_PEERS_SERVICE`, `PRESCALE_PEERS_PORT` (default `http`),
+    /// `PRESCALE_STATIC_POOL_STABILIZATION_SECONDS` (default 300, at most 3,600).
     pub fn from_env() -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let host = env("HOSTNAME")
@@ -113,6 +116,11 @@ impl ClusterOptions {
                 Some(p) => p.parse::<u16>().map(PortRef::Number).unwrap_or(PortRef::Name(p)),
                 None => PortRef::Name("http".into()),
             },
+            static_pool_stabilization: Duration::from_millis(
+                env("PRESCALE_STATIC_POOL_STABILIZATION_SECONDS")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map_or(headroom::STATIC_POOL_STABILIZATION_MS, |s| s.min(3_600) * 1_000),
+            ),
         }
     }
 
@@ -1136,6 +1144,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     let pools: Vec<DynamicObject> = stores.nodepools.state().iter().map(|p| (**p).clone()).collect();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &target::nodepool_resource());
     let pool_nodes = read(&inner.pool_nodes).clone();
+    let stabilization_ms = inner.opts.static_pool_stabilization.as_millis() as u64;
     for np in &pools {
         let name = np.metadata.name.clone().unwrap_or_default();
         let annotations = np.metadata.annotations.clone().unwrap_or_default();
@@ -1169,13 +1178,14 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 u32::try_from(current.saturating_sub(i64::from(nodes.gpu_nodes)).max(0)).unwrap_or(u32::MAX);
             let needs: Vec<i64> =
                 asks.iter().map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(launching))).collect();
-            let sized = headroom::static_pool_replicas(current, base, &needs, nodes.empty.saturating_add(launching));
+            let removable = headroom::removable_nodes(current, nodes.gpu_nodes, nodes.empty);
+            let sized = headroom::static_pool_replicas(current, base, &needs, removable);
             let now = now_ms();
             // A pool first seen (at start-up, or by a new leader) holds the size it has for a
             // window before any shrink: the previous writer's recent sizes are not known here.
             let target_replicas = lock(&inner.static_sizes)
                 .entry(name.clone())
-                .or_insert_with(|| headroom::Stabilizer::holding(now, current))
+                .or_insert_with(|| headroom::Stabilizer::holding(now, current, stabilization_ms))
                 .apply(now, sized);
             if target_replicas != current {
                 patch.insert("spec".into(), serde_json::json!({"replicas": target_replicas}));

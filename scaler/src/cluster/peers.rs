@@ -19,8 +19,6 @@ use crate::sources::vllm::{slice_bases, PortRef};
 
 /// Where a replica serves its plans.
 pub const PATH: &str = "/peers/plans";
-/// A plan its replica made longer ago than this is not acted on.
-pub const MAX_PLAN_AGE_S: f64 = 60.0;
 /// At most this many plans are read from one peer.
 pub const MAX_PLANS: usize = 10_000;
 
@@ -57,15 +55,17 @@ pub struct Adopted {
     pub from: String,
 }
 
-/// The plans to adopt from these reports: the holder's own report and stale, nameless or
-/// non-finite plans are skipped. Where several replicas plan one ScaledObject (KEDA reached
-/// each in turn) the largest plan is followed, with the settings of the youngest plan.
+/// The plans to adopt from these reports: the holder's own report, nameless plans and ages
+/// that are no duration are skipped. An old plan is adopted as it stands, as the holder's own
+/// would be (a replica whose signal broke keeps its last plan until KEDA stops asking).
+/// Where several replicas plan one ScaledObject (KEDA reached each in turn) the largest plan
+/// is followed, with the settings of the youngest.
 pub fn merge(own_identity: &str, reports: &[PeerReport]) -> BTreeMap<ScalerId, Adopted> {
     let mut out: BTreeMap<ScalerId, Adopted> = BTreeMap::new();
     for r in reports.iter().filter(|r| r.identity != own_identity) {
         for p in r.plans.iter().take(MAX_PLANS) {
-            let fresh = p.age_seconds.is_finite() && (0.0..=MAX_PLAN_AGE_S).contains(&p.age_seconds);
-            if !fresh || p.namespace.is_empty() || p.name.is_empty() {
+            let aged = p.age_seconds.is_finite() && p.age_seconds >= 0.0;
+            if !aged || p.namespace.is_empty() || p.name.is_empty() {
                 continue;
             }
             let id = ScalerId { namespace: p.namespace.clone(), name: p.name.clone() };
@@ -167,24 +167,31 @@ mod tests {
     }
 
     #[test]
-    fn the_holder_adopts_fresh_plans_of_other_replicas_and_the_largest_where_two_plan_one() {
+    fn the_holder_adopts_the_plans_of_other_replicas_and_the_largest_where_two_plan_one() {
         let reports = vec![
             PeerReport { identity: "me".into(), plans: vec![plan("llm", "mine", 9, 1.0, KarpenterMode::Headroom)] },
             PeerReport {
                 identity: "a".into(),
                 plans: vec![
                     plan("llm", "llama", 4, 2.0, KarpenterMode::Headroom),
-                    plan("llm", "stale", 4, MAX_PLAN_AGE_S + 1.0, KarpenterMode::Headroom),
+                    plan("llm", "inf", 4, f64::INFINITY, KarpenterMode::Headroom),
                     plan("llm", "nan", 4, f64::NAN, KarpenterMode::Headroom),
                     plan("llm", "future", 4, -1.0, KarpenterMode::Headroom),
                     plan("", "nameless", 4, 1.0, KarpenterMode::Headroom),
                 ],
             },
-            PeerReport { identity: "b".into(), plans: vec![plan("llm", "llama", 6, 5.0, KarpenterMode::Annotate)] },
+            PeerReport {
+                identity: "b".into(),
+                plans: vec![
+                    plan("llm", "llama", 6, 5.0, KarpenterMode::Annotate),
+                    plan("llm", "old", 2, 3_600.0, KarpenterMode::Annotate),
+                ],
+            },
         ];
         let m = merge("me", &reports);
         let ids: Vec<String> = m.keys().map(ToString::to_string).collect();
-        assert_eq!(ids, vec!["llm/llama"], "{m:?}");
+        assert_eq!(ids, vec!["llm/llama", "llm/old"], "{m:?}");
+        assert_eq!(m[&ScalerId { namespace: "llm".into(), name: "old".into() }].age_ms, 3_600_000);
         let a = &m[&ScalerId { namespace: "llm".into(), name: "llama".into() }];
         assert_eq!(a.desired, 6, "the larger plan");
         assert_eq!(a.from, "b");
