@@ -70,9 +70,11 @@ pub struct StaticAsk {
 }
 
 impl StaticAsk {
-    /// [`static_pool_need`] with the pool's nodes still launching.
-    pub fn need(&self, in_flight: u32) -> i64 {
-        static_pool_need(self.desired, self.placed, self.fits_now, in_flight, self.per_node)
+    /// [`static_pool_need`] with the pool's nodes still launching, and without the room of
+    /// the empty nodes already leaving it (beyond `spec.replicas`, not yet removed).
+    pub fn need(&self, in_flight: u32, leaving: u32) -> i64 {
+        let fits = self.fits_now.saturating_sub(leaving.saturating_mul(self.per_node.max(1)));
+        static_pool_need(self.desired, self.placed, fits, in_flight, self.per_node)
     }
 }
 
@@ -302,6 +304,16 @@ mod tests {
         assert_eq!(headroom_target(1, 1, 0, 3, 100), 0);
         // Capped.
         assert_eq!(headroom_target(500, 0, 0, 0, 10), 10);
+    }
+
+    #[test]
+    fn the_room_of_a_node_leaving_the_pool_is_not_counted() {
+        let ask = StaticAsk { desired: 6, placed: 3, fits_now: 3, per_node: 2 };
+        // 3 free slots, one of them on a node that stays: 3 more replicas fit.
+        assert_eq!(ask.need(0, 0), 0);
+        // The empty node (2 slots) is leaving: one replica has no room, a node is needed.
+        assert_eq!(ask.need(0, 1), 1);
+        assert_eq!(ask.need(0, u32::MAX), 2);
     }
 
     #[test]

@@ -1176,8 +1176,12 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             // NodeClaims asked for and not yet a GPU node: their room is on its way.
             let launching =
                 u32::try_from(current.saturating_sub(i64::from(nodes.gpu_nodes)).max(0)).unwrap_or(u32::MAX);
+            // Empty nodes beyond spec.replicas are on their way out (Karpenter takes empty ones first).
+            let leaving = u32::try_from(i64::from(nodes.gpu_nodes).saturating_sub(current).max(0))
+                .unwrap_or(u32::MAX)
+                .min(nodes.empty);
             let needs: Vec<i64> =
-                asks.iter().map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(launching))).collect();
+                asks.iter().map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(launching, leaving))).collect();
             let removable = headroom::removable_nodes(current, nodes.gpu_nodes, nodes.empty);
             let sized = headroom::static_pool_replicas(current, base, &needs, removable);
             let now = now_ms();
