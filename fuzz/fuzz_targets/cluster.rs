@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplateSpec};
 use kube::core::DynamicObject;
 use libfuzzer_sys::fuzz_target;
-use prescale::cluster::{capacity, headroom, lease, target, warmup};
+use prescale::cluster::{capacity, headroom, lease, peers, target, warmup};
 use prescale::config::ScalerId;
 use prescale::engine::predict::PlannedFleet;
 use serde_json::Value;
@@ -75,7 +75,13 @@ fuzz_target!(|data: &[u8]| {
     if let Some(st) = doc.get("staticPool") {
         let int = |k: &str| st.get(k).and_then(Value::as_i64).unwrap_or(0);
         let (current, base) = (int("current"), int("base"));
-        let removable = u32::try_from(int("removable")).unwrap_or(0);
+        let (gpu_nodes, empty) =
+            (u32::try_from(int("gpuNodes")).unwrap_or(0), u32::try_from(int("empty")).unwrap_or(0));
+        let removable = headroom::removable_nodes(current, gpu_nodes, empty);
+        // What is already leaving (nodes beyond spec.replicas) is never removable again.
+        let leaving = i64::from(gpu_nodes).saturating_sub(current).max(0);
+        let launching = current.saturating_sub(i64::from(gpu_nodes)).max(0);
+        assert!(i64::from(removable) <= (i64::from(empty) - leaving).max(0).saturating_add(launching));
         let needs: Vec<i64> = st
             .get("needs")
             .and_then(Value::as_array)
@@ -83,7 +89,11 @@ fuzz_target!(|data: &[u8]| {
             .flatten()
             .filter_map(|n| {
                 let n = u32::try_from(n.as_u64()?).ok()?;
-                Some(headroom::static_pool_need(n, n / 2, n / 3, n % 5, n % 7))
+                let ask = headroom::StaticAsk { desired: n, placed: n / 2, fits_now: n / 3, per_node: n % 7 };
+                let need = ask.need(n % 5, empty);
+                // Leaving nodes take room away: never a smaller need than with all of it.
+                assert!(need >= ask.need(n % 5, 0));
+                Some(need)
             })
             .collect();
         let size = headroom::static_pool_replicas(current, base, &needs, removable);
@@ -96,6 +106,22 @@ fuzz_target!(|data: &[u8]| {
         let mut stab = headroom::Stabilizer::default();
         let held = stab.apply(int("at").unsigned_abs(), size);
         assert_eq!(held, size);
+    }
+    // The Lease holder's merge of its peers' plans: never its own, the largest plan each.
+    if let Some(reports) = doc.get("peers").and_then(|v| serde_json::from_value::<Vec<peers::PeerReport>>(v.clone()).ok()) {
+        let merged = peers::merge("prescale-0", &reports);
+        for (id, a) in &merged {
+            assert_ne!(a.from, "prescale-0");
+            let top = reports
+                .iter()
+                .filter(|r| r.identity != "prescale-0")
+                .flat_map(|r| r.plans.iter().take(peers::MAX_PLANS))
+                .filter(|p| p.namespace == id.namespace && p.name == id.name)
+                .filter(|p| p.age_seconds.is_finite() && p.age_seconds >= 0.0)
+                .map(|p| p.desired)
+                .max();
+            assert_eq!(Some(a.desired), top, "{id}");
+        }
     }
     let ready = pods.iter().filter(|p| warmup::pod_is_ready(p)).count();
     let spec_replicas = doc.get("specReplicas").and_then(Value::as_u64).map(|n| n as u32);
