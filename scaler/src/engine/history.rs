@@ -60,14 +60,47 @@ pub async fn fetch(
     }
 }
 
+/// Fill the steps the history has no sample for (every replica was down, or the scrapes
+/// failed) from the same time a week earlier where that was sampled, else a day earlier,
+/// instead of with the last value before the gap, which would teach the daily and weekly
+/// profiles a flat line there (demand went on while prescale was away). Steps less than a
+/// day after the first sample keep the last value. Returns how many steps were filled.
+pub fn seasonal_fill(s: &mut Series) -> usize {
+    let step = s.step_s.max(1) as usize;
+    let day = (86_400 + step / 2) / step;
+    let week = 7 * day;
+    let mut filled = 0;
+    for i in 0..s.values.len().min(s.sampled.len()).min(s.sampled_len) {
+        if s.sampled[i] || day == 0 {
+            continue;
+        }
+        let from = if i >= week && s.sampled[i - week] {
+            i - week
+        } else if i >= day {
+            i - day
+        } else {
+            continue;
+        };
+        s.values[i] = s.values[from];
+        filled += 1;
+    }
+    filled
+}
+
 /// What `/debug/scalers` shows about the warm start.
 pub fn describe(r: &Result<(Series, usize), String>, server: &str) -> String {
     match r {
         Ok((s, fed)) => format!(
-            "warmed from {server}: {fed} samples every {} s from unix {} to {}",
+            "warmed from {server}: {fed} samples every {} s from unix {} to {}{}",
             s.step_s,
             s.first_s,
-            s.first_s + (s.sampled_len.max(1) as i64 - 1) * s.step_s as i64
+            s.first_s + (s.sampled_len.max(1) as i64 - 1) * s.step_s as i64,
+            match s.gaps {
+                0 => String::new(),
+                g => format!(
+                    " ({g} steps without a sample, filled from a week or a day earlier where the history reaches back that far, else with the value before them)"
+                ),
+            }
         ),
         Err(e) => format!("no history from {server}: {e}; planning from a cold start"),
     }
@@ -83,6 +116,48 @@ mod tests {
         assert_eq!(query_for(&id), "max(prescale_observed_demand_replicas{namespace=\"ml\",scaledobject=\"llama\"})");
         let odd = ScalerId { namespace: "a\"b".into(), name: "c\\d".into() };
         assert!(query_for(&odd).contains("namespace=\"a\\\"b\",scaledobject=\"c\\\\d\""), "{}", query_for(&odd));
+    }
+
+    #[test]
+    fn a_gap_in_the_history_is_filled_from_a_week_or_a_day_earlier_not_flat() {
+        // Hourly steps over 9 days: demand = the hour of day, +100 on day 0 of the week.
+        let step = 3_600u64;
+        let n = 9 * 24;
+        let truth = |i: usize| (i % 24) as f64 + if (i / 24).is_multiple_of(7) { 100.0 } else { 0.0 };
+        let gap = |i: usize| (10..14).contains(&(i % 24)) && [0, 3, 7].contains(&(i / 24));
+        let mut values = Vec::new();
+        let mut last = 0.0;
+        for i in 0..n {
+            if !gap(i) {
+                last = truth(i);
+            }
+            values.push(last);
+        }
+        let sampled: Vec<bool> = (0..n).map(|i| !gap(i)).collect();
+        let gaps = sampled.iter().filter(|s| !**s).count();
+        let mut s = Series { first_s: 0, step_s: step, values, gaps, sampled_len: n, sampled };
+        assert_eq!(seasonal_fill(&mut s), 8, "day 0 has nothing earlier to fill from");
+        // Day 0: the last value before the gap (hour 9, +100) stays.
+        assert_eq!(s.values[11], 109.0);
+        // Day 3: from day 2, which was sampled (no week before it).
+        assert_eq!(s.values[3 * 24 + 12], 12.0);
+        // Day 7 (day 0 of the next week): a week earlier was a gap too, so from day 6.
+        assert_eq!(s.values[7 * 24 + 12], 12.0);
+        // Everything sampled is untouched.
+        assert!((0..n).filter(|i| !gap(*i)).all(|i| s.values[i] == truth(i)));
+        // A step that does not divide a day, or a series shorter than one, changes nothing.
+        let mut short = Series {
+            first_s: 0,
+            step_s: 7,
+            values: vec![1.0, 1.0],
+            gaps: 1,
+            sampled_len: 2,
+            sampled: vec![true, false],
+        };
+        assert_eq!(seasonal_fill(&mut short), 0);
+        let mut huge =
+            Series { first_s: 0, step_s: u64::MAX, values: vec![1.0], gaps: 1, sampled_len: 1, sampled: vec![false] };
+        assert_eq!(seasonal_fill(&mut huge), 0);
     }
 
     #[tokio::test]

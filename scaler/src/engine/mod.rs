@@ -807,7 +807,8 @@ async fn warm_from_history(
     let now_s = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);
     let server = crate::redact::redact_url(&h.server);
     let (p, r) = match history::fetch(&reqwest::Client::new(), &h, id, step_s, now_s).await {
-        Ok(series) => {
+        Ok(mut series) => {
+            history::seasonal_fill(&mut series);
             let _permit = warm_permits().acquire().await;
             let id = id.clone();
             let joined = tokio::task::spawn_blocking(move || {

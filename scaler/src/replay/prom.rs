@@ -74,6 +74,8 @@ pub struct Series {
     /// Steps from the first through the last step that had a sample (the rest of `values`
     /// repeats the last sample up to the end of the range).
     pub sampled_len: usize,
+    /// Whether each step of `values` had a sample.
+    pub sampled: Vec<bool>,
 }
 
 /// Puts the samples of one successful `query_range` answer (`data.result`, at most one
@@ -164,6 +166,7 @@ pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Se
         values: rates,
         gaps,
         sampled_len: last_sampled + 1 - first,
+        sampled: values[first..].iter().map(Option::is_some).collect(),
     })
 }
 
