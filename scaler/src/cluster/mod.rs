@@ -957,8 +957,6 @@ async fn priority_class_uid(inner: &Inner, client: &kube::Client) -> Result<Stri
     Ok(uid)
 }
 
-/// Make the target's placeholder pods exactly `n` (indices 0..n). `info` may be `None`
-/// only when `n` is 0.
 /// Delete the placeholders of ScaledObjects that no replica plans any more (deleted, or no
 /// longer asked about): created by an earlier leader, or before a restart.
 async fn remove_orphan_placeholders(
@@ -969,7 +967,7 @@ async fn remove_orphan_placeholders(
 ) {
     let now = now_ms();
     for p in stores.pods.state() {
-        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let Some(labels) = p.metadata.labels.as_ref() else { continue };
         let Some(owner) = labels.get(HEADROOM_LABEL) else { continue };
         let ours = labels.get(headroom::MANAGED_BY).map(String::as_str) == Some("prescale");
         let created_ms = p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64);
@@ -991,6 +989,8 @@ async fn remove_orphan_placeholders(
     }
 }
 
+/// Make the target's placeholder pods exactly `n` (indices 0..n). `info` may be `None`
+/// only when `n` is 0.
 async fn set_placeholders(
     client: &kube::Client,
     id: &ScalerId,
@@ -1040,15 +1040,17 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // its targets asks (`None`: nothing, `karpenterMode: off`).
     let mut hints: BTreeMap<String, BTreeMap<String, headroom::PoolHint>> = BTreeMap::new();
     let mut static_asks: BTreeMap<String, Vec<Option<headroom::StaticAsk>>> = BTreeMap::new();
-    // What every followed ScaledObject may own: its placeholders' label, the pools it lands on
-    // (known only once its target is read and refreshed).
+    // What every followed ScaledObject may own: its placeholders' label, and the pools it
+    // lands on where it resizes static pools (known only once its target is read and refreshed).
     let owners: std::collections::HashSet<String> = targets.iter().map(|t| headroom::target_label(&t.id)).collect();
     let mut referenced: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut all_known = true;
     for t in &targets {
         let v = read(&t.view);
         all_known &= read(&t.info).is_some() && v.refreshed;
-        referenced.extend(v.pools.iter().map(|p| p.name.clone()));
+        if lock(&t.settings).resize_static_node_pools {
+            referenced.extend(v.pools.iter().map(|p| p.name.clone()));
+        }
     }
     // Leading for a Lease-hold window: KEDA and the peers have had time to name every
     // ScaledObject still planned, so what no followed one owns was left behind.
@@ -1158,8 +1160,9 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 want.clone().map(serde_json::Value::String).unwrap_or(serde_json::Value::Null),
             );
         }
-        // A pool prescale grew (it carries its base) that no followed ScaledObject lands on any
-        // more gives its nodes back: shrunk like a pool whose targets all spare everything.
+        // A pool prescale grew (it carries its base) that no followed ScaledObject resizes any
+        // more (deleted, or `karpenterResizeStaticNodePools` turned off) gives its nodes back:
+        // shrunk like a pool whose targets all spare everything.
         let orphan = [None];
         let asks = static_asks.get(&name).map(Vec::as_slice).or_else(|| {
             (settled
