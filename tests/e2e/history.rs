@@ -6,26 +6,42 @@ use crate::harness::*;
 
 const DAY: i64 = 86_400;
 
-/// Two days of a daily pattern at one sample a minute, ending 2 h ago (backfill cannot
-/// write into Prometheus's head block): 2 replica-equivalents at night, 12 from 09:00 to
-/// 17:00 UTC.
-fn history(ns: &str, name: &str) -> String {
+/// The level of the daily pattern at unix second `t`: 2 replica-equivalents at night, 12
+/// from 09:00 to 17:00 UTC.
+fn level(t: i64) -> f64 {
+    if (9..17).contains(&(t.rem_euclid(DAY) / 3600)) {
+        12.0
+    } else {
+        2.0
+    }
+}
+
+/// Two days of the daily pattern at one sample a minute, ending 2 h ago (backfill cannot
+/// write into Prometheus's head block), with no sample for the two hours either side of
+/// the last 09:00 or 17:00 UTC at least 3 h before the end (as when every replica was down
+/// then). Returns the exposition and the time of that change.
+fn history(ns: &str, name: &str) -> (String, i64) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let end = (now - 2 * 3600) / 60 * 60;
+    let change = (0..DAY / 60)
+        .map(|k| (end - 3 * 3600) / 60 * 60 - k * 60)
+        .find(|t| level(*t) != level(t - 60))
+        .expect("a change every day");
     let mut om = String::from(
         "# HELP prescale_observed_demand_replicas Demand.\n# TYPE prescale_observed_demand_replicas gauge\n",
     );
     let mut t = end - 2 * DAY;
     while t <= end {
-        let h = t.rem_euclid(DAY) / 3600;
-        let v = if (9..17).contains(&h) { 12 } else { 2 };
-        om.push_str(&format!(
-            "prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} {v} {t}\n"
-        ));
+        if !(change - 2 * 3600..change + 2 * 3600).contains(&t) {
+            om.push_str(&format!(
+                "prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} {} {t}\n",
+                level(t)
+            ));
+        }
         t += 60;
     }
     om.push_str("# EOF\n");
-    om
+    (om, change)
 }
 
 /// The ScaledObject's debug view once its warm-start note starts with `note` (it reads
@@ -55,7 +71,8 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     }
     let (ns, name) = ("hist", unique("warm"));
     let query = format!("count_over_time(prescale_observed_demand_replicas{{scaledobject=\"{name}\"}}[3d])");
-    let prom = BackfilledPrometheus::start(&history(ns, &name), &query).await;
+    let (om, change) = history(ns, &name);
+    let prom = BackfilledPrometheus::start(&om, &query).await;
     // The live signal: a constant 2 replica-equivalents, from the same Prometheus.
     let md = [
         ("prometheusServerAddress", prom.url.as_str()),
@@ -83,6 +100,19 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     // The daytime peaks of 12 are only in the history read back (the live demand is 2).
     let peak_hours = peak_points(&d);
     assert!(peak_hours >= 40, "two days of daytime peaks in the history tiers, got {peak_hours} points");
+    // The gap was filled from a day earlier: after the change inside it the planner learnt the
+    // level that followed the change, not the one before the gap held flat.
+    assert!(note.contains("steps without a sample, filled from a week or a day earlier"), "{note}");
+    let after: Vec<f64> = d["planner"]["hourly"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["t_s"].as_f64().is_some_and(|t| (change as f64 + 600.0..change as f64 + 6_600.0).contains(&t)))
+        .filter_map(|p| p["rate"].as_f64())
+        .collect();
+    assert!(after.len() >= 15, "the 5-minute points of the gap's second half: {after:?}");
+    let want = level(change);
+    assert!(after.iter().all(|r| (r - want).abs() < 0.5), "{want} after the change at {change}: {after:?}");
     // It exports what it observes, for the next restart to read back.
     let (_, metrics) = warm.get("/metrics").await;
     let line = format!("prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} 2");
