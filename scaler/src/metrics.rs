@@ -38,6 +38,10 @@ pub struct Metrics {
     pub headroom_pods: Family<Labels, Gauge<i64>>,
     /// 1 while this replica holds the Lease (the one writer).
     pub leader: Gauge<i64>,
+    /// The Lease holder's last read of the other replicas' plans, by result (`ok`, `error`).
+    pub peers: Family<Labels, Gauge<i64>>,
+    /// ScaledObjects the Lease holder follows from other replicas' plans.
+    pub adopted: Gauge<i64>,
 }
 
 fn latency_hist() -> Histogram {
@@ -68,6 +72,8 @@ impl Metrics {
         let fit_replicas = Family::<Labels, Gauge<i64>>::default();
         let headroom_pods = Family::<Labels, Gauge<i64>>::default();
         let leader = Gauge::<i64>::default();
+        let peers = Family::<Labels, Gauge<i64>>::default();
+        let adopted = Gauge::<i64>::default();
         registry.register("grpc_requests", "gRPC calls by method and status code", grpc_requests.clone());
         registry.register("grpc_request_duration_seconds", "gRPC handler latency by method", grpc_latency.clone());
         registry.register("source_polls", "Source reads by source", source_polls.clone());
@@ -97,6 +103,16 @@ impl Metrics {
         );
         registry.register("headroom_pods", "Headroom placeholder pods wanted per target", headroom_pods.clone());
         registry.register("leader", "1 while this replica holds the prescale Lease", leader.clone());
+        registry.register(
+            "peers",
+            "Replicas whose plans the Lease holder read (ok) or could not read (error) in its last round",
+            peers.clone(),
+        );
+        registry.register(
+            "adopted_scaled_objects",
+            "ScaledObjects the Lease holder writes for from other replicas' plans",
+            adopted.clone(),
+        );
         Self {
             registry,
             grpc_requests,
@@ -116,6 +132,8 @@ impl Metrics {
             fit_replicas,
             headroom_pods,
             leader,
+            peers,
+            adopted,
         }
     }
 

@@ -987,6 +987,9 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
     assert_eq!(st["peers"]["service"], "prescale/prescale", "{st}");
     assert_eq!(st["peers"]["adopted"], json!(["llm/llama"]), "{st}");
     assert_eq!(st["peers"]["peers"].as_array().map(Vec::len), Some(2), "{st}");
+    let (_, m) = leader.get("/metrics").await;
+    assert!(m.lines().any(|l| l == "prescale_adopted_scaled_objects 1"), "{m}");
+    assert!(m.lines().any(|l| l == "prescale_peers{result=\"ok\"} 2"), "{m}");
     let (_, mine) = leader.get("/peers/plans").await;
     assert!(serde_json::from_str::<Value>(&mine).unwrap()["plans"].as_array().is_some_and(Vec::is_empty), "{mine}");
     assert_eq!(debug_of(&leader, "llama").await, json!({}), "the leader's engine does not plan llama itself");
@@ -1002,6 +1005,10 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
     let st = cluster_status(&leader).await;
     assert_eq!(st["peers"]["adopted"], json!([]), "{st}");
     assert!(st["peers"]["peers"].as_array().is_some_and(|p| p.iter().any(|x| x["error"].is_string())), "{st}");
+    // Alertable: a replica whose plans cannot be read.
+    let (_, m) = leader.get("/metrics").await;
+    assert!(m.lines().any(|l| l == "prescale_peers{result=\"error\"} 1"), "{m}");
+    assert!(m.lines().any(|l| l == "prescale_adopted_scaled_objects 0"), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

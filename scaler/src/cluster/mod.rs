@@ -934,6 +934,13 @@ async fn sync_peers(cluster: &Cluster, client: &kube::Client) {
             }
         }
     }
+    let m = &inner.metrics;
+    let failed = view.peers.iter().filter(|p| p.error.is_some()).count();
+    // A list that failed is one error: no replica could be read.
+    let errors = if view.error.is_some() { 1 } else { failed };
+    m.peers.get_or_create(&vec![("result", "ok".to_string())]).set((view.peers.len() - failed) as i64);
+    m.peers.get_or_create(&vec![("result", "error".to_string())]).set(errors as i64);
+    m.adopted.set(view.adopted.len() as i64);
     *lock(&inner.peers) = view;
 }
 
