@@ -740,6 +740,7 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
     .await;
     let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
     assert_eq!(pool["metadata"]["annotations"]["prescale.io/static-base-replicas"], "2", "{pool}");
+    assert_eq!(pool["metadata"]["annotations"]["prescale.io/static-resized-by"], "prescale.prescale-leader", "{pool}");
     assert!(placeholders(&api).is_empty(), "a resized static pool takes no placeholders");
 
     // Karpenter launches the nodes: they join with their room free. The pool keeps them.
@@ -788,7 +789,8 @@ async fn a_static_pool_grown_for_a_scaled_object_nobody_plans_goes_back_by_its_e
     // work): two more nodes joined, one still empty, one running someone else's pod.
     api.put(
         NODEPOOLS,
-        json!({"metadata": {"name": "gpu-mig", "annotations": {"prescale.io/static-base-replicas": "2"}},
+        json!({"metadata": {"name": "gpu-mig", "annotations": {"prescale.io/static-base-replicas": "2",
+                "prescale.io/static-resized-by": "prescale.prescale-leader"}},
             "spec": {"replicas": 4,
             "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
                 "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}]}},
@@ -797,6 +799,13 @@ async fn a_static_pool_grown_for_a_scaled_object_nobody_plans_goes_back_by_its_e
     for i in 0..2 {
         api.put(NODES, h100_node(&format!("h100-static-{i}"), "2026-01-02T00:00:00Z", "2026-01-02T00:02:00Z", 2));
     }
+    // A pool another installation of prescale grew: not this one's to give back.
+    api.put(
+        NODEPOOLS,
+        json!({"metadata": {"name": "gpu-staging", "annotations": {"prescale.io/static-base-replicas": "1",
+                "prescale.io/static-resized-by": "staging.prescale-leader"}},
+            "spec": {"replicas": 3, "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"}}}}}),
+    );
     let mut busy = vllm_pod(
         "embed-2",
         "embed",
@@ -840,11 +849,14 @@ async fn a_static_pool_grown_for_a_scaled_object_nobody_plans_goes_back_by_its_e
         async move {
             let p = api.get(NODEPOOLS, "", "gpu-mig")?;
             (p.pointer("/spec/replicas")?.as_i64() == Some(2)
-                && p.pointer("/metadata/annotations/prescale.io~1static-base-replicas").is_none())
+                && p.pointer("/metadata/annotations/prescale.io~1static-base-replicas").is_none()
+                && p.pointer("/metadata/annotations/prescale.io~1static-resized-by").is_none())
             .then_some(())
         }
     })
     .await;
+    let staging = api.get(NODEPOOLS, "", "gpu-staging").unwrap();
+    assert_eq!(staging["spec"]["replicas"], 3, "{staging}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -929,10 +941,11 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
     let kc = kubeconfig(&api.url());
     let mut env = env_for(&kc);
     env.push(("PRESCALE_PEERS_SERVICE", "prescale"));
-    // A placeholder an earlier leader left for a ScaledObject since deleted, and a pod that
-    // carries the label but is not prescale's.
-    let left = |name: &str, managed: Option<&str>| {
-        let mut labels = json!({"prescale.io/headroom-for": "llm.gone"});
+    // A placeholder an earlier leader left for a ScaledObject since deleted, one another
+    // installation of prescale (another Lease) wrote, and a pod that carries the label but is
+    // not prescale's.
+    let left = |name: &str, managed: Option<&str>, writer: &str| {
+        let mut labels = json!({"prescale.io/headroom-for": "llm.gone", "prescale.io/writer": writer});
         if let Some(m) = managed {
             labels["app.kubernetes.io/managed-by"] = json!(m);
         }
@@ -940,8 +953,9 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
             "labels": labels}, "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
             "status": {"phase": "Pending"}})
     };
-    api.put(PODS, left("prescale-headroom-llm-gone-0", Some("prescale")));
-    api.put(PODS, left("someone-elses", Some("helm")));
+    api.put(PODS, left("prescale-headroom-llm-gone-0", Some("prescale"), "prescale.prescale-leader"));
+    api.put(PODS, left("another-installs", Some("prescale"), "staging.prescale-leader"));
+    api.put(PODS, left("someone-elses", Some("helm"), "prescale.prescale-leader"));
     let a = Server::start_with_env(&[], &env);
     let b = Server::start_with_env(&[], &env);
     api.put(ENDPOINTSLICES, prescale_slice("prescale-a", &a.http));
@@ -976,6 +990,7 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
     })
     .await;
     assert_eq!(pods[0]["spec"]["priorityClassName"], "prescale-headroom");
+    assert_eq!(pods[0]["metadata"]["labels"]["prescale.io/writer"], "prescale.prescale-leader", "{}", pods[0]);
     // The leftover goes once the leader has led for four Lease durations; the other stays.
     eventually(30, "the orphaned placeholder removed", || {
         let api = api.clone();
@@ -983,6 +998,7 @@ async fn the_lease_holder_writes_headroom_for_a_scaled_object_keda_asks_another_
     })
     .await;
     assert!(api.get(PODS, "llm", "someone-elses").is_some());
+    assert!(api.get(PODS, "llm", "another-installs").is_some());
     let st = cluster_status(&leader).await;
     assert_eq!(st["peers"]["service"], "prescale/prescale", "{st}");
     assert_eq!(st["peers"]["adopted"], json!(["llm/llama"]), "{st}");

@@ -24,6 +24,10 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const POOL_ANNOTATION: &str = "prescale.io/headroom";
 /// NodePool annotation remembering `spec.replicas` before prescale resized it.
 pub const POOL_BASE_ANNOTATION: &str = "prescale.io/static-base-replicas";
+/// NodePool annotation naming the installation that resized it ([`writer_id`]).
+pub const POOL_WRITER_ANNOTATION: &str = "prescale.io/static-resized-by";
+/// Placeholder label naming the installation that created it ([`writer_id`]).
+pub const WRITER_LABEL: &str = "prescale.io/writer";
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Never more placeholders than this per target.
 pub const MAX_PLACEHOLDERS: u32 = 64;
@@ -140,6 +144,12 @@ impl Stabilizer {
         self.recent.push_back((now_ms, size));
         self.recent.iter().map(|(_, s)| *s).max().unwrap_or(size)
     }
+}
+
+/// A label value naming one installation of prescale: its Lease's namespace and name. Two
+/// installations in one cluster each clean up only what they wrote themselves.
+pub fn writer_id(lease_namespace: &str, lease_name: &str) -> String {
+    target_label(&ScalerId { namespace: lease_namespace.to_string(), name: lease_name.to_string() })
 }
 
 /// A label value (≤ 63 chars, [a-z0-9-.]) naming the ScaledObject.

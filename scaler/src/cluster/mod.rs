@@ -469,7 +469,7 @@ impl Cluster {
         if let (Some(_), Some(client), true) = (removed, self.inner.client.clone(), self.is_leader()) {
             let id = id.clone();
             tokio::spawn(async move {
-                if let Err(e) = set_placeholders(&client, &id, None, 0, "", "").await {
+                if let Err(e) = set_placeholders(&client, &id, None, 0, "", "", "").await {
                     tracing::warn!(scaled_object = %id, error = %e, "could not remove headroom placeholders");
                 }
             });
@@ -970,13 +970,16 @@ async fn remove_orphan_placeholders(
     stores: &Stores,
     client: &kube::Client,
     owners: &std::collections::HashSet<String>,
+    writer: &str,
     min_age_ms: u64,
 ) {
     let now = now_ms();
     for p in stores.pods.state() {
         let Some(labels) = p.metadata.labels.as_ref() else { continue };
         let Some(owner) = labels.get(HEADROOM_LABEL) else { continue };
-        let ours = labels.get(headroom::MANAGED_BY).map(String::as_str) == Some("prescale");
+        // Only what this installation wrote: another one's placeholders are its own to clean up.
+        let ours = labels.get(headroom::MANAGED_BY).map(String::as_str) == Some("prescale")
+            && labels.get(headroom::WRITER_LABEL).map(String::as_str) == Some(writer);
         let created_ms = p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond().max(0) as u64);
         let young = created_ms.is_none_or(|c| now.saturating_sub(c) < min_age_ms);
         if !ours || owners.contains(owner) || young || p.metadata.deletion_timestamp.is_some() {
@@ -1005,6 +1008,7 @@ async fn set_placeholders(
     n: u32,
     owner_uid: &str,
     image: &str,
+    writer: &str,
 ) -> Result<Option<String>, ClusterError> {
     let ns = info.map(|i| i.namespace.clone()).unwrap_or_else(|| id.namespace.clone());
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -1029,7 +1033,8 @@ async fn set_placeholders(
             if existing.items.iter().any(|p| p.metadata.name.as_deref() == Some(name)) {
                 continue;
             }
-            let pod = headroom::placeholder_pod(id, info, i as u32, owner_uid, image);
+            let mut pod = headroom::placeholder_pod(id, info, i as u32, owner_uid, image);
+            pod.metadata.labels.get_or_insert_default().insert(headroom::WRITER_LABEL.into(), writer.into());
             match api.create(&PostParams { field_manager: Some("prescale".into()), ..Default::default() }, &pod).await {
                 Ok(_) => created += 1,
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -1063,8 +1068,12 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // ScaledObject still planned, so what no followed one owns was left behind.
     let hold = inner.opts.remote_hold().as_millis() as u64;
     let settled = lock(&inner.leader_state).since_ms.is_some_and(|s| now_ms().saturating_sub(s) >= hold);
+    let writer = {
+        let ns = lock(&inner.leader_state).namespace.clone();
+        headroom::writer_id(&ns.unwrap_or_default(), &inner.opts.lease_name)
+    };
     if settled {
-        remove_orphan_placeholders(stores, client, &owners, hold).await;
+        remove_orphan_placeholders(stores, client, &owners, &writer, hold).await;
     }
     for t in &targets {
         let settings = lock(&t.settings).clone();
@@ -1131,6 +1140,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                     placeholders,
                     owner.as_deref().unwrap_or(""),
                     &inner.opts.placeholder_image,
+                    &writer,
                 )
                 .await
                 {
@@ -1175,7 +1185,8 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             (settled
                 && all_known
                 && !referenced.contains(&name)
-                && annotations.contains_key(headroom::POOL_BASE_ANNOTATION))
+                && annotations.contains_key(headroom::POOL_BASE_ANNOTATION)
+                && annotations.get(headroom::POOL_WRITER_ANNOTATION) == Some(&writer))
             .then_some(&orphan[..])
         });
         if let Some(asks) = asks {
@@ -1204,12 +1215,14 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             if target_replicas != current {
                 patch.insert("spec".into(), serde_json::json!({"replicas": target_replicas}));
             }
-            let base_ann = (target_replicas > base).then(|| base.to_string());
-            if base_ann != annotations.get(headroom::POOL_BASE_ANNOTATION).cloned() {
-                ann.insert(
-                    headroom::POOL_BASE_ANNOTATION.into(),
-                    base_ann.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null),
-                );
+            let grown = target_replicas > base;
+            for (key, value) in [
+                (headroom::POOL_BASE_ANNOTATION, grown.then(|| base.to_string())),
+                (headroom::POOL_WRITER_ANNOTATION, grown.then(|| writer.clone())),
+            ] {
+                if value != annotations.get(key).cloned() {
+                    ann.insert(key.into(), value.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null));
+                }
             }
         }
         if !ann.is_empty() {
