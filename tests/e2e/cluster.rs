@@ -396,6 +396,13 @@ fn vllm_pod(name: &str, app: &str, node: &str, created: &str, ready: Option<&str
     })
 }
 
+/// Someone else's Ready workload (namespace `other`) on `node`.
+fn embed_pod(name: &str, node: &str, created: &str, ready: &str, resource: &str) -> Value {
+    let mut p = vllm_pod(name, "embed", node, created, Some(ready), resource);
+    p["metadata"]["namespace"] = json!("other");
+    p
+}
+
 fn deployment(name: &str, resource: &str) -> Value {
     json!({
         "metadata": {"name": name, "namespace": "llm"},
@@ -488,16 +495,10 @@ fn seed(api: &FakeApi) {
         ),
     );
     // Something else on the time-sliced node.
-    let mut other = vllm_pod(
-        "embed-1",
-        "embed",
-        "a10g-ts",
-        "2025-12-02T00:00:00Z",
-        Some("2025-12-02T00:01:00Z"),
-        "nvidia.com/gpu.shared",
+    api.put(
+        PODS,
+        embed_pod("embed-1", "a10g-ts", "2025-12-02T00:00:00Z", "2025-12-02T00:01:00Z", "nvidia.com/gpu.shared"),
     );
-    other["metadata"]["namespace"] = json!("other");
-    api.put(PODS, other);
     // A second ScaledObject whose Deployment asks for a MIG profile nobody offers.
     api.put(DEPLOYMENTS, deployment("phi", "nvidia.com/mig-2g.20gb"));
     api.put(SCALEDOBJECTS, scaled_object("phi", "phi"));
@@ -806,16 +807,10 @@ async fn a_static_pool_grown_for_a_scaled_object_nobody_plans_goes_back_by_its_e
                 "prescale.io/static-resized-by": "staging.prescale-leader"}},
             "spec": {"replicas": 3, "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"}}}}}),
     );
-    let mut busy = vllm_pod(
-        "embed-2",
-        "embed",
-        "h100-static-1",
-        "2026-01-02T00:03:00Z",
-        Some("2026-01-02T00:04:00Z"),
-        "nvidia.com/mig-3g.40gb",
+    api.put(
+        PODS,
+        embed_pod("embed-2", "h100-static-1", "2026-01-02T00:03:00Z", "2026-01-02T00:04:00Z", "nvidia.com/mig-3g.40gb"),
     );
-    busy["metadata"]["namespace"] = json!("other");
-    api.put(PODS, busy);
     let kc = kubeconfig(&api.url());
     let mut env = env_for(&kc);
     env.push(("PRESCALE_STATIC_POOL_STABILIZATION_SECONDS", "2"));
