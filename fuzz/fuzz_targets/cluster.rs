@@ -77,7 +77,9 @@ fuzz_target!(|data: &[u8]| {
         let (current, base) = (int("current"), int("base"));
         let (gpu_nodes, empty) =
             (u32::try_from(int("gpuNodes")).unwrap_or(0), u32::try_from(int("empty")).unwrap_or(0));
-        let removable = headroom::removable_nodes(current, gpu_nodes, empty);
+        let motion = headroom::pool_motion(current, capacity::PoolNodes { gpu_nodes, empty });
+        let removable = motion.removable;
+        assert!(motion.leaving <= empty);
         // What is already leaving (nodes beyond spec.replicas) is never removable again.
         let leaving = i64::from(gpu_nodes).saturating_sub(current).max(0);
         let launching = current.saturating_sub(i64::from(gpu_nodes)).max(0);

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::Serialize;
 
-use super::capacity::{parse_quantity, HEADROOM_LABEL};
+use super::capacity::{parse_quantity, PoolNodes, HEADROOM_LABEL};
 use super::target::TargetInfo;
 use crate::config::ScalerId;
 
@@ -100,15 +100,28 @@ pub fn static_pool_replicas(current: i64, base: i64, needs: &[i64], removable: u
     current - shrink
 }
 
-/// The nodes a static pool can give back without evicting anything: its empty nodes and the
-/// NodeClaims still launching (`current` above its `gpu_nodes`), less the nodes it has beyond
-/// `spec.replicas`. Those are already being removed, empty ones first, so they cannot be
-/// given back twice: until Karpenter has removed them the empty count still shows them.
-pub fn removable_nodes(current: i64, gpu_nodes: u32, empty: u32) -> u32 {
-    let gpu = i64::from(gpu_nodes);
-    let launching = u32::try_from((current.saturating_sub(gpu)).max(0)).unwrap_or(u32::MAX);
-    let leaving = u32::try_from((gpu.saturating_sub(current)).max(0)).unwrap_or(u32::MAX);
-    empty.saturating_sub(leaving).saturating_add(launching)
+/// A static pool's nodes in motion, from its `spec.replicas` (`current`) and the GPU nodes
+/// it has ([`PoolNodes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolMotion {
+    /// NodeClaims asked for and not yet a GPU node (`current` above the nodes): their room is
+    /// on its way.
+    pub launching: u32,
+    /// Empty nodes beyond `spec.replicas`: already being removed (Karpenter takes empty ones
+    /// first), their room going, and not to be given back twice while the node list still
+    /// shows them.
+    pub leaving: u32,
+    /// What the pool can give back without evicting anything: its other empty nodes and the
+    /// launching ones.
+    pub removable: u32,
+}
+
+pub fn pool_motion(current: i64, nodes: PoolNodes) -> PoolMotion {
+    let gpu = i64::from(nodes.gpu_nodes);
+    let launching = u32::try_from(current.saturating_sub(gpu).max(0)).unwrap_or(u32::MAX);
+    let beyond = u32::try_from(gpu.saturating_sub(current).max(0)).unwrap_or(u32::MAX);
+    let leaving = beyond.min(nodes.empty);
+    PoolMotion { launching, leaving, removable: (nodes.empty - leaving).saturating_add(launching) }
 }
 
 /// How long a static NodePool keeps a size after the need for it went (ms), unless
@@ -328,14 +341,17 @@ mod tests {
 
     #[test]
     fn a_node_already_leaving_the_pool_is_not_removable_twice() {
+        let removable = |current, gpu_nodes, empty| pool_motion(current, PoolNodes { gpu_nodes, empty }).removable;
         // 4 nodes, 1 empty, spec 4: that one can go.
-        assert_eq!(removable_nodes(4, 4, 1), 1);
+        assert_eq!(removable(4, 4, 1), 1);
         // Spec cut to 3 while the empty node is still there: it is the one leaving.
-        assert_eq!(removable_nodes(3, 4, 1), 0);
+        assert_eq!(removable(3, 4, 1), 0);
+        assert_eq!(pool_motion(3, PoolNodes { gpu_nodes: 4, empty: 1 }).leaving, 1);
         // Two NodeClaims launching, nothing empty: both can be cancelled.
-        assert_eq!(removable_nodes(6, 4, 0), 2);
-        assert_eq!(removable_nodes(i64::MIN, u32::MAX, u32::MAX), 0);
-        assert_eq!(removable_nodes(i64::MAX, 0, u32::MAX), u32::MAX);
+        assert_eq!(removable(6, 4, 0), 2);
+        assert_eq!(pool_motion(6, PoolNodes { gpu_nodes: 4, empty: 0 }).launching, 2);
+        assert_eq!(removable(i64::MIN, u32::MAX, u32::MAX), 0);
+        assert_eq!(removable(i64::MAX, 0, u32::MAX), u32::MAX);
     }
 
     #[test]

@@ -221,6 +221,14 @@ struct Target {
     remote_from: Mutex<Option<String>>,
 }
 
+impl Target {
+    /// Whether a peer served a plan for it within `hold_ms` of `now`.
+    fn peer_plans(&self, now: u64, hold_ms: u64) -> bool {
+        let seen = self.remote_seen_ms.load(Ordering::Relaxed);
+        seen > 0 && now.saturating_sub(seen) <= hold_ms
+    }
+}
+
 impl Drop for Target {
     fn drop(&mut self) {
         if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -450,12 +458,9 @@ impl Cluster {
         let hold = self.inner.opts.remote_hold().as_millis() as u64;
         {
             let map = read(&self.inner.targets);
-            if let Some(t) = map.get(id) {
-                let seen = t.remote_seen_ms.load(Ordering::Relaxed);
-                if seen > 0 && now_ms().saturating_sub(seen) <= hold {
-                    t.local.store(false, Ordering::Relaxed);
-                    return;
-                }
+            if let Some(t) = map.get(id).filter(|t| t.peer_plans(now_ms(), hold)) {
+                t.local.store(false, Ordering::Relaxed);
+                return;
             }
         }
         self.forget(id);
@@ -568,8 +573,7 @@ impl Cluster {
         let hold = self.inner.opts.remote_hold().as_millis() as u64;
         let gone: Vec<ScalerId> = read(&self.inner.targets)
             .values()
-            .filter(|t| !t.local.load(Ordering::Relaxed))
-            .filter(|t| now.saturating_sub(t.remote_seen_ms.load(Ordering::Relaxed)) > hold)
+            .filter(|t| !t.local.load(Ordering::Relaxed) && !t.peer_plans(now, hold))
             .map(|t| t.id.clone())
             .collect();
         for id in gone {
@@ -826,16 +830,7 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
         let Some(client) = inner.client.clone() else { return };
         let c = cfg.get_or_insert_with(|| lease::LeaseConfig {
             name: inner.opts.lease_name.clone(),
-            namespace: inner
-                .opts
-                .lease_namespace
-                .clone()
-                .or_else(|| {
-                    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                        .ok()
-                        .map(|s| s.trim().to_string())
-                })
-                .unwrap_or_else(|| client.default_namespace().to_string()),
+            namespace: lease_namespace(&inner.opts, &client),
             identity: inner.opts.identity.clone(),
             duration: inner.opts.lease_duration,
             retry: inner.opts.lease_duration / 3,
@@ -873,6 +868,19 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
     }
 }
 
+/// The Lease's namespace: `PRESCALE_LEASE_NAMESPACE` / `POD_NAMESPACE`, else the service
+/// account's, else the kubeconfig's. The peers' Service and the writer mark live by it too.
+fn lease_namespace(opts: &ClusterOptions, client: &kube::Client) -> String {
+    opts.lease_namespace
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| client.default_namespace().to_string())
+}
+
 async fn reconcile_loop(weak: std::sync::Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
@@ -898,7 +906,7 @@ async fn sync_peers(cluster: &Cluster, client: &kube::Client) {
         lock(&inner.peers).service = None;
         return;
     };
-    let namespace = lock(&inner.leader_state).namespace.clone().unwrap_or_else(|| client.default_namespace().into());
+    let namespace = lease_namespace(&inner.opts, client);
     let timeout = Duration::from_secs(2);
     let mut view = peers::PeersView { service: Some(format!("{namespace}/{service}")), ..Default::default() };
     match peers::discover(client, &namespace, &service, &inner.opts.peers_port, timeout).await {
@@ -1068,10 +1076,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // ScaledObject still planned, so what no followed one owns was left behind.
     let hold = inner.opts.remote_hold().as_millis() as u64;
     let settled = lock(&inner.leader_state).since_ms.is_some_and(|s| now_ms().saturating_sub(s) >= hold);
-    let writer = {
-        let ns = lock(&inner.leader_state).namespace.clone();
-        headroom::writer_id(&ns.unwrap_or_default(), &inner.opts.lease_name)
-    };
+    let writer = headroom::writer_id(&lease_namespace(&inner.opts, client), &inner.opts.lease_name);
     if settled {
         remove_orphan_placeholders(stores, client, &owners, &writer, hold).await;
     }
@@ -1193,18 +1198,12 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             let current = np.data.pointer("/spec/replicas").and_then(|v| v.as_i64()).unwrap_or(0);
             let base =
                 annotations.get(headroom::POOL_BASE_ANNOTATION).and_then(|v| v.parse::<i64>().ok()).unwrap_or(current);
-            let nodes = pool_nodes.get(&name).copied().unwrap_or_default();
-            // NodeClaims asked for and not yet a GPU node: their room is on its way.
-            let launching =
-                u32::try_from(current.saturating_sub(i64::from(nodes.gpu_nodes)).max(0)).unwrap_or(u32::MAX);
-            // Empty nodes beyond spec.replicas are on their way out (Karpenter takes empty ones first).
-            let leaving = u32::try_from(i64::from(nodes.gpu_nodes).saturating_sub(current).max(0))
-                .unwrap_or(u32::MAX)
-                .min(nodes.empty);
-            let needs: Vec<i64> =
-                asks.iter().map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(launching, leaving))).collect();
-            let removable = headroom::removable_nodes(current, nodes.gpu_nodes, nodes.empty);
-            let sized = headroom::static_pool_replicas(current, base, &needs, removable);
+            let m = headroom::pool_motion(current, pool_nodes.get(&name).copied().unwrap_or_default());
+            let needs: Vec<i64> = asks
+                .iter()
+                .map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(m.launching, m.leaving)))
+                .collect();
+            let sized = headroom::static_pool_replicas(current, base, &needs, m.removable);
             let now = now_ms();
             // A pool first seen (at start-up, or by a new leader) holds the size it has for a
             // window before any shrink: the previous writer's recent sizes are not known here.
