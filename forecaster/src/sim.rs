@@ -137,6 +137,10 @@ pub struct SimResult {
     pub backlog_max: Vec<f64>,
     /// Arrival mass within the interval.
     pub arrivals: Vec<f64>,
+    /// Arrival mass within the interval that waited more than the SLO or was never served:
+    /// where the misses of `score` fall, so two policies can be compared window by window
+    /// (`examples/compare.rs`). Sums to `(1 − slo_attainment) · total_arrivals`.
+    pub late: Vec<f64>,
     pub score: Score,
 }
 
@@ -231,6 +235,7 @@ pub fn simulate(
         backlog: Vec::with_capacity(decisions),
         backlog_max: Vec::with_capacity(decisions),
         arrivals: Vec::with_capacity(decisions),
+        late: Vec::new(),
         score: Score {
             slo_attainment: 1.0,
             replica_seconds: 0.0,
@@ -335,6 +340,7 @@ pub fn simulate(
     let delays = fifo_delays(a, &backlog_hist);
     let rs = replica_seconds as f64;
     res.score = score_delays(a, &delays, &cold, sc.slo);
+    res.late = late_by_interval(a, &delays, sc.slo, interval, res.plan.len());
     res.score.replica_seconds = rs;
     res.score.gpu_hours = rs / 3600.0;
     res.score.replica_starts = starts;
@@ -381,6 +387,21 @@ fn is_done(backlog: f64, arrived_since: f64) -> bool {
 }
 
 /// Attainment and mass-weighted quantiles from per-second delays (see the module notes).
+/// Late arrival mass (delay over `slo`, or never served) summed by decision interval, by the
+/// same rule as [`score_delays`]'s attainment.
+fn late_by_interval(arrivals: &[f64], delays: &[Option<u64>], slo: f64, interval: u64, n: usize) -> Vec<f64> {
+    let mut late = vec![0.0; n];
+    for (s, (&m, d)) in arrivals.iter().zip(delays).enumerate() {
+        if m.is_nan() || m <= 0.0 || !d.is_none_or(|d| d as f64 > slo) {
+            continue;
+        }
+        if let Some(slot) = usize::try_from(s as u64 / interval.max(1)).ok().and_then(|k| late.get_mut(k)) {
+            *slot += m;
+        }
+    }
+    late
+}
+
 fn score_delays(arrivals: &[f64], delays: &[Option<u64>], cold: &[bool], slo: f64) -> Score {
     let mut hist: Vec<f64> = Vec::new();
     let mut infinite = 0.0f64;
@@ -645,6 +666,7 @@ mod tests {
             [Some(3), Some(2), Some(1), Some(1)]
         );
         assert_eq!(r.score.slo_attainment, 0.25);
+        assert_eq!(r.late, vec![3.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
         // Second 0's mass (3 of 4) is late and came while no replica was ready; second 3's
         // (1), queued behind it, met the SLO.
         assert_eq!(r.score.cold_start_miss, 0.75);
@@ -658,6 +680,27 @@ mod tests {
             p.seen,
             vec![(0, 0, 0, 0, 0), (1, 1, 1, 0, 2), (2, 2, 2, 0, 2), (3, 3, 3, 2, 0), (4, 4, 4, 1, 0), (5, 5, 5, 1, 0)]
         );
+    }
+
+    #[test]
+    fn late_mass_falls_in_the_interval_it_arrived_in_and_adds_up_to_the_misses() {
+        // μ = 1, I = 3, SLO 1 s: one ready replica under 2 req/s for 6 s, then nothing; the
+        // fleet is released at s = 6 with a queue still there (never served: late too).
+        let t = arrivals(&[2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 1.0]);
+        let sc = scenario(1.0, 5, 3, 1, 10, 1.0);
+        let r = simulate(&t, &sc, &mut PlanPolicy::new(3, vec![1, 1, 0]), None);
+        assert_eq!(r.late.len(), r.plan.len());
+        // Second 0's mass waits 1 s (served at s = 1): on time; from second 1 on, the queue
+        // is past the SLO. The last interval's arrival is never served.
+        assert_eq!(r.late[0], 4.0);
+        assert_eq!(r.late[1], 6.0);
+        assert_eq!(r.late[2], 1.0);
+        let total: f64 = r.late.iter().sum();
+        assert!((total - (1.0 - r.score.slo_attainment) * r.score.total_arrivals).abs() < 1e-9);
+        // A fleet that keeps up is never late.
+        let sc = scenario(1.0, 5, 3, 2, 10, 1.0);
+        let r = simulate(&t, &sc, &mut PlanPolicy::new(3, vec![2, 2, 2]), None);
+        assert!(r.late.iter().all(|&m| m == 0.0), "{:?}", r.late);
     }
 
     #[test]
