@@ -1,5 +1,6 @@
 //! The replay chart (SVG or PNG via `plotters`): one panel per policy with demand, ready
-//! replicas and the plan (replicas, left axis) and the backlog (requests, right axis).
+//! replicas and the plan (replicas, left axis), the backlog (requests, right axis), and a
+//! strip along the bottom marking when requests were late (bar height: the share late).
 //! A PNG is rasterised with DejaVu Sans embedded in the binary (the `dejavu` crate), so it
 //! has its text on a machine without fonts (the container image has none).
 
@@ -68,6 +69,28 @@ fn band(b: &[Bucket]) -> Vec<(f64, f64)> {
         return Vec::new();
     }
     b.iter().map(|b| (b.x, b.hi)).chain(b.iter().rev().map(|b| (b.x, b.lo))).collect()
+}
+
+/// Height of the late strip, as a share of the left axis. It lies under the lines (drawn
+/// first) and along the bottom: the legend covers the top left.
+const LATE_STRIP: f64 = 0.1;
+/// The late strip's colour (solid: a bar is a fact, not a shade).
+const LATE_COLOR: RGBColor = RGBColor(140, 0, 26);
+
+/// The late strip: per bucket of decisions (as [`buckets`] groups them), `(x from, x to,
+/// share of the bucket's arrivals that were late)`, for buckets with any late arrival.
+fn late_shares(xs: &[f64], late: &[f64], arrivals: &[f64], x_end: f64) -> Vec<(f64, f64, f64)> {
+    let n = xs.len().min(late.len()).min(arrivals.len());
+    let per = bucket_len(n);
+    (0..n)
+        .step_by(per)
+        .filter_map(|i| {
+            let j = (i + per).min(n);
+            let (l, a): (f64, f64) = (late[i..j].iter().sum(), arrivals[i..j].iter().sum());
+            let to = xs.get(j).copied().unwrap_or(x_end);
+            (l > 0.0 && a > 0.0).then(|| (xs[i], to, (l / a).clamp(0.0, 1.0)))
+        })
+        .collect()
 }
 
 /// Whether `path` asks for a PNG (by its extension, any case); anything else is SVG.
@@ -176,6 +199,18 @@ fn draw_on<DB: DrawingBackend>(
         } else {
             format!("{span_s:.0} s")
         };
+        let late = late_shares(&hours, &res.late, &res.arrivals, x_max);
+        if !late.is_empty() {
+            let h = LATE_STRIP * y_max;
+            chart
+                .draw_series(late.iter().map(|&(x0, x1, share)| {
+                    // At least a few pixels, so a rare late second still shows.
+                    Rectangle::new([(x0, 0.0), (x1, h * share.max(0.15))], LATE_COLOR.filled())
+                }))
+                .map_err(|e| e.to_string())?
+                .label(format!("late requests: share per {span} (bars along the bottom)"))
+                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], LATE_COLOR.filled()));
+        }
         // The plan's and the ready fleet's ranges within each bucket, under every line.
         for ((label, _, color), b) in series.iter().zip(&bucketed).skip(1) {
             let outline = band(b);
@@ -262,8 +297,9 @@ mod tests {
         assert!(super::buckets(&[], &[]).is_empty());
     }
 
-    #[test]
-    fn a_png_keeps_every_line_inside_its_own_panel() {
+    /// The spiky client replayed at μ 0.25, W 420 s, SLO 5 s by all three policies, drawn as a
+    /// PNG: the per-policy attainments, and the image's RGB bytes, width and height.
+    fn spiky_png() -> (Vec<f64>, Vec<u8>, u32, u32) {
         let trace = crate::replay::load_trace(&spiky_trace()).unwrap();
         let opts = ReplayOptions {
             capacity: 0.25,
@@ -280,14 +316,59 @@ mod tests {
             progress: false,
         };
         let r = replay(&trace, "spiky", &opts).unwrap();
-        let path = std::env::temp_dir().join(format!("prescale-chart-{}.png", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "prescale-chart-{}-{:?}.png",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         super::draw(&path, &r.summary, &r.results).unwrap();
         let decoder = png::Decoder::new(std::fs::File::open(&path).unwrap());
         let mut reader = decoder.read_info().unwrap();
         let mut buf = vec![0; reader.output_buffer_size()];
         let info = reader.next_frame(&mut buf).unwrap();
         let _ = std::fs::remove_file(&path);
-        let (w, h) = (info.width, info.height);
+        let att = r.summary.policies.iter().map(|p| p.slo_attainment).collect();
+        (att, buf, info.width, info.height)
+    }
+
+    #[test]
+    fn late_shares_mark_the_buckets_with_late_arrivals_by_their_share() {
+        let xs = [0.0, 1.0, 2.0, 3.0];
+        let got = super::late_shares(&xs, &[0.0, 2.0, 0.0, 3.0], &[4.0, 4.0, 0.0, 3.0], 4.0);
+        assert_eq!(got, vec![(1.0, 2.0, 0.5), (3.0, 4.0, 1.0)]);
+        // Bucketed as the lines are: 3,000 decisions make 1,500 buckets of two.
+        let n = 3000;
+        let xs: Vec<f64> = (0..n).map(|k| k as f64).collect();
+        let mut late = vec![0.0; n];
+        late[11] = 1.0;
+        let got = super::late_shares(&xs, &late, &vec![2.0; n], n as f64);
+        assert_eq!(got, vec![(10.0, 12.0, 0.25)]);
+        assert!(super::late_shares(&xs, &vec![0.0; n], &vec![2.0; n], n as f64).is_empty());
+    }
+
+    /// The late strip is there in the panels of policies that missed the SLO, and only there.
+    #[test]
+    fn a_png_marks_late_requests_in_the_panels_of_policies_that_had_them() {
+        let (att, buf, w, h) = spiky_png();
+        let strip = (super::LATE_COLOR.0, super::LATE_COLOR.1, super::LATE_COLOR.2);
+        for (k, a) in att.iter().enumerate() {
+            let marked = (k as u32 * 330..(k as u32 + 1) * 330)
+                .filter(|&y| y < h)
+                .flat_map(|y| (0..w).map(move |x| ((y * w + x) * 3) as usize))
+                .filter(|&i| (buf[i], buf[i + 1], buf[i + 2]) == strip)
+                .count();
+            if *a < 1.0 {
+                assert!(marked > 0, "panel {k}: attainment {a} but no late strip");
+            } else {
+                assert_eq!(marked, 0, "panel {k}: attainment {a} yet marked late");
+            }
+        }
+        assert!(att.iter().any(|&a| a < 1.0), "the spiky client should be late somewhere: {att:?}");
+    }
+
+    #[test]
+    fn a_png_keeps_every_line_inside_its_own_panel() {
+        let (_, buf, w, h) = spiky_png();
         assert_eq!(h, 3 * 330);
         // The ready (blue) and plan (orange) lines stay within their panel's plotting area:
         // below the caption, above the x labels, between the axes' label areas.
