@@ -67,8 +67,9 @@ fn by_window(r: &SimResult, per: usize) -> Vec<(f64, f64, f64)> {
     for k in (0..r.plan.len()).step_by(per) {
         let end = (k + per).min(r.plan.len());
         let late: f64 = r.late[k..end].iter().sum();
-        // Exact: replicas are started and removed only at decisions, and readiness within an
-        // interval moves one from warming to ready, which costs the same.
+        // Exact but for a trace's last, possibly shorter, interval (counted whole): replicas
+        // are started and removed only at decisions, and readiness within an interval moves
+        // one from warming to ready, which costs the same.
         let rs: f64 = (k..end).map(|j| f64::from(r.ready[j] + r.warming[j]) * INTERVAL as f64).sum();
         let arr: f64 = r.arrivals[k..end].iter().sum();
         out.push((late, rs, arr));

@@ -386,7 +386,6 @@ fn is_done(backlog: f64, arrived_since: f64) -> bool {
     backlog <= arrived_since + DELAY_TOLERANCE
 }
 
-/// Attainment and mass-weighted quantiles from per-second delays (see the module notes).
 /// Late arrival mass (delay over `slo`, or never served) summed by decision interval, by the
 /// same rule as [`score_delays`]'s attainment.
 fn late_by_interval(arrivals: &[f64], delays: &[Option<u64>], slo: f64, interval: u64, n: usize) -> Vec<f64> {
@@ -402,6 +401,7 @@ fn late_by_interval(arrivals: &[f64], delays: &[Option<u64>], slo: f64, interval
     late
 }
 
+/// Attainment and mass-weighted quantiles from per-second delays (see the module notes).
 fn score_delays(arrivals: &[f64], delays: &[Option<u64>], cold: &[bool], slo: f64) -> Score {
     let mut hist: Vec<f64> = Vec::new();
     let mut infinite = 0.0f64;
