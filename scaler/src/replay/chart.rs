@@ -208,7 +208,7 @@ fn draw_on<DB: DrawingBackend>(
                     Rectangle::new([(x0, 0.0), (x1, h * share.max(0.15))], LATE_COLOR.filled())
                 }))
                 .map_err(|e| e.to_string())?
-                .label(format!("late requests: share per {span} (bars along the bottom)"))
+                .label(format!("late requests (bars along the bottom; taller: a larger share late per {span})"))
                 .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], LATE_COLOR.filled()));
         }
         // The plan's and the ready fleet's ranges within each bucket, under every line.
