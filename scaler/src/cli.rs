@@ -86,7 +86,8 @@ pub struct ReplayArgs {
     pub initial_replicas: Option<u32>,
     #[arg(long, value_enum, default_value = "all")]
     pub policy: crate::replay::Which,
-    /// Write the plan (`t_s,desired`) of the first policy listed; prescale's adds a `reason` column.
+    /// Write the plan (`t_s,desired`) of the first policy listed, then `reason` (prescale's; empty
+    /// for the reference policies), `ready`, `warming`, `backlog` and `late` per decision interval.
     #[arg(long)]
     pub plan_out: Option<PathBuf>,
     /// Write the summary JSON.

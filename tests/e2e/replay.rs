@@ -70,7 +70,7 @@ fn replay_a_trace_file_writes_plan_summary_and_chart() {
     let text = std::fs::read_to_string(&plan).unwrap();
     let mut lines = text.lines();
     // prescale's plan carries its reason for every decision as a third column.
-    assert_eq!(lines.next(), Some("t_s,desired,reason"));
+    assert_eq!(lines.next(), Some("t_s,desired,reason,ready,warming,backlog,late"));
     assert!(lines.all(|l| l.split(',').nth(2).is_some_and(|why| !why.is_empty())), "a decision without a reason");
     let rows = prescale_forecaster::parse_plan_csv(&text).unwrap();
     let t_len = s["trace_seconds"].as_u64().unwrap();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use prescale_forecaster::{
-    oracle_replica_seconds, parse_trace, plan_csv, scenario_defaults, simulate, OraclePolicy, Policy, PrescalePolicy,
+    oracle_replica_seconds, parse_trace, scenario_defaults, simulate, OraclePolicy, Policy, PrescalePolicy,
     ReactivePolicy, Scenario, SimResult, Trace,
 };
 use serde::Serialize;
@@ -286,12 +286,8 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
         std::fs::write(p, text).map_err(|source| ReplayError::Write { path: p.display().to_string(), source })
     };
     if let Some(p) = &opts.plan_out {
-        let plan = &r.results[0].plan;
-        let text = match r.reasons.as_ref().filter(|_| r.summary.policy == "prescale") {
-            Some(why) => plan_csv_with_reasons(plan, why)?,
-            None => plan_csv(plan),
-        };
-        write(p, &text)?;
+        let why = r.reasons.as_deref().filter(|_| r.summary.policy == "prescale").unwrap_or(&[]);
+        write(p, &plan_csv_detailed(&r.results[0], why)?)?;
     }
     if let Some(p) = &opts.summary_out {
         let json = serde_json::to_string_pretty(&r.summary).map_err(|e| encode_error("summary JSON", e))?;
@@ -303,16 +299,30 @@ pub fn write_outputs(r: &Replayed, opts: &ReplayOptions) -> Result<(), ReplayErr
     Ok(())
 }
 
-/// The plan CSV with prescale's reason for each decision as a third column (REPLAY.md allows
-/// extra columns; scorers read the first two). Reasons hold commas, so fields are quoted as
-/// RFC 4180 says, by the `csv` crate.
-pub fn plan_csv_with_reasons(plan: &[(u64, u32)], reasons: &[String]) -> Result<String, ReplayError> {
+/// The plan CSV: `t_s,desired` (what a scorer reads; REPLAY.md allows extra columns), then
+/// prescale's reason for the decision (empty for the reference policies) and what the
+/// replay saw in its interval: `ready` and `warming` replicas after the decision, the
+/// `backlog` at the interval's end, and the `late` arrival mass (requests that arrived in the
+/// interval and waited more than the SLO or were never served). Reasons hold commas, so fields
+/// are quoted as RFC 4180 says, by the `csv` crate.
+pub fn plan_csv_detailed(res: &SimResult, reasons: &[String]) -> Result<String, ReplayError> {
     let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
     let err = |e: csv::Error| encode_error("plan CSV", e);
-    w.write_record(["t_s", "desired", "reason"]).map_err(err)?;
-    for (i, (t, d)) in plan.iter().enumerate() {
+    w.write_record(["t_s", "desired", "reason", "ready", "warming", "backlog", "late"]).map_err(err)?;
+    for (i, (t, d)) in res.plan.iter().enumerate() {
         let why = reasons.get(i).map(String::as_str).unwrap_or("");
-        w.write_record([t.to_string().as_str(), d.to_string().as_str(), why]).map_err(err)?;
+        let num = |v: Option<&f64>| v.map(|x| short_num(*x)).unwrap_or_default();
+        let count = |v: Option<&u32>| v.map(u32::to_string).unwrap_or_default();
+        w.write_record([
+            t.to_string().as_str(),
+            d.to_string().as_str(),
+            why,
+            &count(res.ready.get(i)),
+            &count(res.warming.get(i)),
+            &num(res.backlog.get(i)),
+            &num(res.late.get(i)),
+        ])
+        .map_err(err)?;
     }
     let bytes = w.into_inner().map_err(|e| encode_error("plan CSV", e))?;
     String::from_utf8(bytes).map_err(|e| encode_error("plan CSV", e))
@@ -337,20 +347,51 @@ mod tests {
     use super::short_num;
 
     #[test]
-    fn plan_reasons_are_a_quoted_third_column_that_scorers_skip() {
-        let plan = [(0, 3), (15, 4), (30, 0)];
-        let why = ["learning".to_string(), "keep alive: p=0.50, idle \"long\"".to_string()];
-        let text = super::plan_csv_with_reasons(&plan, &why).unwrap();
-        assert!(text.starts_with("t_s,desired,reason\n"), "{text}");
-        // What an outside scorer reads: the first two columns, unchanged.
-        assert_eq!(prescale_forecaster::parse_plan_csv(&text).unwrap(), plan.to_vec());
-        // A CSV reader gets each reason back whole, commas and quotes included; a decision
-        // without a recorded reason has an empty one.
+    fn the_plan_csv_carries_reasons_and_each_intervals_fleet_and_misses_and_scorers_read_two_columns() {
+        // A burst from zero, replayed by prescale: some of it is late while the first replicas
+        // warm up.
+        let trace = super::load_trace("window_start_s,rate_rps\n0,0\n60,3\n120,0\n180,0\n").unwrap();
+        let opts = super::ReplayOptions {
+            capacity: 1.0,
+            warmup: 30,
+            slo: 2.0,
+            interval: 15,
+            min_replicas: 0,
+            max_replicas: None,
+            initial_replicas: None,
+            policy: super::Which::Prescale,
+            plan_out: None,
+            summary_out: None,
+            chart: None,
+            progress: false,
+        };
+        let r = super::replay(&trace, "burst", &opts).unwrap();
+        let res = &r.results[0];
+        assert!(res.score.slo_attainment < 1.0, "the burst should be late while warming up");
+        // Reasons hold commas and quotes; the last decision is given none.
+        let mut why = r.reasons.clone().unwrap();
+        why[1] = "keep alive: p=0.50, idle \"long\"".to_string();
+        why.pop();
+        let text = super::plan_csv_detailed(res, &why).unwrap();
+        assert!(text.starts_with("t_s,desired,reason,ready,warming,backlog,late\n"), "{text}");
+        // What an outside scorer reads: the first two columns, the plan itself.
+        assert_eq!(prescale_forecaster::parse_plan_csv(&text).unwrap(), res.plan);
         let rows: Vec<csv::StringRecord> =
             csv::Reader::from_reader(text.as_bytes()).records().collect::<Result<_, _>>().unwrap();
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), res.plan.len());
         assert_eq!(&rows[1][2], why[1].as_str());
-        assert_eq!(&rows[2][2], "");
+        assert_eq!(&rows[rows.len() - 1][2], "");
+        let mut late = 0.0;
+        for (k, row) in rows.iter().enumerate() {
+            assert_eq!(row.len(), 7, "{row:?}");
+            assert_eq!(row[3].parse::<u32>().unwrap(), res.ready[k]);
+            assert_eq!(row[4].parse::<u32>().unwrap(), res.warming[k]);
+            assert_eq!(row[5].parse::<f64>().unwrap(), res.backlog[k]);
+            late += row[6].parse::<f64>().unwrap();
+        }
+        // The late column adds up to the misses of the score.
+        let missed = (1.0 - res.score.slo_attainment) * res.score.total_arrivals;
+        assert!(missed > 0.0 && (late - missed).abs() < 1e-9, "late {late} vs missed {missed}");
     }
 
     #[test]
