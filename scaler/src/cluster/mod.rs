@@ -254,6 +254,9 @@ struct Inner {
     /// The last connectivity problem seen at start-up (cleared once a watch syncs).
     startup_error: RwLock<Option<String>>,
     opts: ClusterOptions,
+    /// The Lease's namespace, resolved once at start-up ([`lease_namespace`]; empty without a
+    /// client): the peers' Service and the writer mark live by it too.
+    lease_namespace: String,
     metrics: Arc<Metrics>,
     stores: Option<Stores>,
     targets: RwLock<HashMap<ScalerId, Arc<Target>>>,
@@ -293,6 +296,7 @@ impl Cluster {
                 disabled: Some(reason.into()),
                 startup_error: RwLock::new(None),
                 opts: ClusterOptions::from_env(),
+                lease_namespace: String::new(),
                 metrics,
                 stores: None,
                 targets: RwLock::new(HashMap::new()),
@@ -330,6 +334,7 @@ impl Cluster {
         let (stores, mut tasks) = client::watch_all(&client);
         let cluster = Self {
             inner: Arc::new(Inner {
+                lease_namespace: lease_namespace(&opts, &client),
                 client: Some(client),
                 disabled: None,
                 startup_error: RwLock::new(startup_error),
@@ -830,7 +835,7 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
         let Some(client) = inner.client.clone() else { return };
         let c = cfg.get_or_insert_with(|| lease::LeaseConfig {
             name: inner.opts.lease_name.clone(),
-            namespace: lease_namespace(&inner.opts, &client),
+            namespace: inner.lease_namespace.clone(),
             identity: inner.opts.identity.clone(),
             duration: inner.opts.lease_duration,
             retry: inner.opts.lease_duration / 3,
@@ -869,7 +874,7 @@ async fn lease_loop(weak: std::sync::Weak<Inner>) {
 }
 
 /// The Lease's namespace: `PRESCALE_LEASE_NAMESPACE` / `POD_NAMESPACE`, else the service
-/// account's, else the kubeconfig's. The peers' Service and the writer mark live by it too.
+/// account's, else the kubeconfig's (read once, at start-up, into `Inner::lease_namespace`).
 fn lease_namespace(opts: &ClusterOptions, client: &kube::Client) -> String {
     opts.lease_namespace
         .clone()
@@ -906,7 +911,7 @@ async fn sync_peers(cluster: &Cluster, client: &kube::Client) {
         lock(&inner.peers).service = None;
         return;
     };
-    let namespace = lease_namespace(&inner.opts, client);
+    let namespace = inner.lease_namespace.clone();
     let timeout = Duration::from_secs(2);
     let mut view = peers::PeersView { service: Some(format!("{namespace}/{service}")), ..Default::default() };
     match peers::discover(client, &namespace, &service, &inner.opts.peers_port, timeout).await {
@@ -1076,7 +1081,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
     // ScaledObject still planned, so what no followed one owns was left behind.
     let hold = inner.opts.remote_hold().as_millis() as u64;
     let settled = lock(&inner.leader_state).since_ms.is_some_and(|s| now_ms().saturating_sub(s) >= hold);
-    let writer = headroom::writer_id(&lease_namespace(&inner.opts, client), &inner.opts.lease_name);
+    let writer = headroom::writer_id(&inner.lease_namespace, &inner.opts.lease_name);
     if settled {
         remove_orphan_placeholders(stores, client, &owners, &writer, hold).await;
     }
