@@ -386,12 +386,16 @@ fn is_done(backlog: f64, arrived_since: f64) -> bool {
     backlog <= arrived_since + DELAY_TOLERANCE
 }
 
-/// Late arrival mass (delay over `slo`, or never served) summed by decision interval, by the
-/// same rule as [`score_delays`]'s attainment.
+/// A second's mass is late when its delay is over the SLO or it is never served.
+fn is_late(delay: Option<u64>, slo: f64) -> bool {
+    delay.is_none_or(|d| d as f64 > slo)
+}
+
+/// Late arrival mass ([`is_late`]) summed by decision interval.
 fn late_by_interval(arrivals: &[f64], delays: &[Option<u64>], slo: f64, interval: u64, n: usize) -> Vec<f64> {
     let mut late = vec![0.0; n];
     for (s, (&m, d)) in arrivals.iter().zip(delays).enumerate() {
-        if m.is_nan() || m <= 0.0 || !d.is_none_or(|d| d as f64 > slo) {
+        if m.is_nan() || m <= 0.0 || !is_late(*d, slo) {
             continue;
         }
         if let Some(slot) = usize::try_from(s as u64 / interval.max(1)).ok().and_then(|k| late.get_mut(k)) {
@@ -412,7 +416,7 @@ fn score_delays(arrivals: &[f64], delays: &[Option<u64>], cold: &[bool], slo: f6
         if m.is_nan() || m <= 0.0 {
             continue;
         }
-        let late = d.is_none_or(|d| d as f64 > slo);
+        let late = is_late(*d, slo);
         if late && cold.get(s).copied().unwrap_or(false) {
             cold_late += m;
         }

@@ -309,10 +309,10 @@ pub fn plan_csv_detailed(res: &SimResult, reasons: &[String]) -> Result<String, 
     let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
     let err = |e: csv::Error| encode_error("plan CSV", e);
     w.write_record(["t_s", "desired", "reason", "ready", "warming", "backlog", "late"]).map_err(err)?;
+    let num = |v: Option<&f64>| v.map(|x| short_num(*x)).unwrap_or_default();
+    let count = |v: Option<&u32>| v.map(u32::to_string).unwrap_or_default();
     for (i, (t, d)) in res.plan.iter().enumerate() {
         let why = reasons.get(i).map(String::as_str).unwrap_or("");
-        let num = |v: Option<&f64>| v.map(|x| short_num(*x)).unwrap_or_default();
-        let count = |v: Option<&u32>| v.map(u32::to_string).unwrap_or_default();
         w.write_record([
             t.to_string().as_str(),
             d.to_string().as_str(),
