@@ -44,8 +44,10 @@ fuzz_target!(|data: &[u8]| {
         }
         4 => {
             if let Ok(series) = exposition::parse(text) {
-                let _ = vllm::pod_stats(&series, None);
-                let _ = vllm::pod_stats(&series, Some("m"));
+                // The SLO from the input too: 0, a bound, between bounds, huge.
+                let slo = [0.0, 5.0, 4.0, 1e6][usize::from(which >> 4) % 4];
+                let _ = vllm::pod_stats(&series, None, slo);
+                let _ = vllm::pod_stats(&series, Some("m"), slo);
             }
         }
         5 => {

@@ -22,6 +22,8 @@ pub struct Metrics {
     /// larger): the history `serve --history-prometheus` warms a restarted replica from.
     pub observed_demand: Family<Labels, Gauge<f64, AtomicU64>>,
     pub planned: Family<Labels, Gauge<i64>>,
+    /// Share of the requests vLLM scheduled over the last poll after waiting past `sloSeconds`.
+    pub queue_late_share: Family<Labels, Gauge<f64, AtomicU64>>,
     pub scaled_objects: Gauge<i64>,
     pub pollers: Gauge<i64>,
     pub connections: Family<Labels, Gauge<i64>>,
@@ -63,6 +65,7 @@ impl Metrics {
         let demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let observed_demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let planned = Family::<Labels, Gauge<i64>>::default();
+        let queue_late_share = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let scaled_objects = Gauge::<i64>::default();
         let pollers = Gauge::<i64>::default();
         let connections = Family::<Labels, Gauge<i64>>::default();
@@ -86,6 +89,11 @@ impl Metrics {
             observed_demand.clone(),
         );
         registry.register("planned_replicas", "Planned replicas per ScaledObject", planned.clone());
+        registry.register(
+            "queue_late_share",
+            "Share of the requests vLLM scheduled over the last poll that had waited longer than sloSeconds, per ScaledObject",
+            queue_late_share.clone(),
+        );
         registry.register("scaled_objects", "ScaledObjects currently tracked", scaled_objects.clone());
         registry.register("pollers", "Distinct source polls currently running", pollers.clone());
         registry.register("source_connections", "Open connections to sources by kind", connections.clone());
@@ -123,6 +131,7 @@ impl Metrics {
             demand,
             observed_demand,
             planned,
+            queue_late_share,
             scaled_objects,
             pollers,
             connections,

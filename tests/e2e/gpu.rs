@@ -14,11 +14,34 @@ const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 /// A vLLM V1 `/metrics` page as vLLM writes it (reference note §5.1; HELP/TYPE lines,
 /// `engine` and `model_name` on every series, counters with `_total` and `_created`,
-/// a histogram, another model served by the same pod).
+/// histograms, another model served by the same pod).
 fn vllm_page(running: f64, waiting: f64, kv: f64, success: f64) -> String {
+    vllm_page_queued(running, waiting, kv, success, success, 0.0)
+}
+
+/// The same, with `started` requests scheduled so far of which `late` had waited 5–10 s in
+/// the queue and the rest under 0.3 s (`vllm:request_queue_time_seconds`, vLLM's bounds).
+fn vllm_page_queued(running: f64, waiting: f64, kv: f64, success: f64, started: f64, late: f64) -> String {
     let m = MODEL;
-    format!(
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+    let mut queue = String::from(
+        "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n\
+         # TYPE vllm:request_queue_time_seconds histogram\n",
+    );
+    for le in ["0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "+Inf"] {
+        let within_slo = le.parse::<f64>().is_ok_and(|b| b <= 5.0);
+        let n = if within_slo { started - late } else { started };
+        queue.push_str(&format!(
+            "vllm:request_queue_time_seconds_bucket{{engine=\"0\",le=\"{le}\",model_name=\"{m}\"}} {n:.1}\n"
+        ));
+    }
+    queue.push_str(&format!(
+        "vllm:request_queue_time_seconds_count{{engine=\"0\",model_name=\"{m}\"}} {started:.1}\n\
+         vllm:request_queue_time_seconds_sum{{engine=\"0\",model_name=\"{m}\"}} {:.1}\n",
+        0.1 * (started - late) + 7.0 * late
+    ));
+    queue
+        + &format!(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
          # TYPE vllm:num_requests_running gauge\n\
          vllm:num_requests_running{{engine=\"0\",model_name=\"{m}\"}} {running:.1}\n\
          vllm:num_requests_running{{engine=\"0\",model_name=\"other/model\"}} 100.0\n\
@@ -46,7 +69,7 @@ fn vllm_page(running: f64, waiting: f64, kv: f64, success: f64) -> String {
          vllm:time_to_first_token_seconds_bucket{{engine=\"0\",le=\"+Inf\",model_name=\"{m}\"}} 140.0\n\
          vllm:time_to_first_token_seconds_count{{engine=\"0\",model_name=\"{m}\"}} 140.0\n\
          vllm:time_to_first_token_seconds_sum{{engine=\"0\",model_name=\"{m}\"}} 5.31\n"
-    )
+        )
 }
 
 /// dcgm-exporter rows (reference note §4.5 label order; the `Hostname` spelling of
@@ -167,7 +190,9 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let n = d2.fetch_add(1, Ordering::Relaxed) + 1;
-            *body_b.lock().unwrap() = vllm_page(20.0, 10.0, 0.4, 50.0 + n as f64);
+            // Of each 4 requests scheduled, 1 had waited past the 5-s SLO.
+            let n = n as f64;
+            *body_b.lock().unwrap() = vllm_page_queued(20.0, 10.0, 0.4, 50.0 + n, 50.0 + 4.0 * n, n);
         }
     });
     let d = eventually(20, "detail with an arrival_rate near 10/s", || {
@@ -175,6 +200,21 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
         async move {
             let d = detail(srv, "llm", &name).await?;
             num(&d, "arrival_rate").filter(|r| (5.0..=15.0).contains(r)).map(|_| d)
+        }
+    })
+    .await;
+    // The queue time against the SLO (sloSeconds defaults to 5 s): 1 in 4 scheduled late,
+    // pooled over both pods (pod A's page is static), per ScaledObject on /metrics too.
+    assert!(num(&d, "queue_late_share").is_some_and(|x| (x - 0.25).abs() < 1e-9), "{d}");
+    assert_eq!(num(&d, "queue_slo_bound_seconds"), Some(5.0), "{d}");
+    assert!(num(&d, "queue_started_rate").is_some_and(|r| (20.0..=60.0).contains(&r)), "{d}");
+    let series = format!("prescale_queue_late_share{{namespace=\"llm\",scaledobject=\"{name}\"}} ");
+    eventually(10, "prescale_queue_late_share 0.25 on /metrics", || {
+        let (srv, series) = (&srv, series.clone());
+        async move {
+            let (_, m) = srv.get("/metrics").await;
+            let v = m.lines().find_map(|l| l.strip_prefix(series.as_str()))?.trim().parse::<f64>().ok()?;
+            ((v - 0.25).abs() < 1e-9).then_some(())
         }
     })
     .await;

@@ -40,7 +40,7 @@ pub const KEYS: &[KeyDoc] = &[
     k("mode", "planner", "predictive", "`predictive`: answer the planner's replicas; `shadow`: answer reactively and expose what the planner would do; `reactive`: reactive only.", "shadow"),
     k("warmupSeconds", "planner", "180", "Seconds from a replica's start until it serves (node + image pull + model load), or `auto` to measure it from the cluster.", "240"),
     k("capacityPerReplica", "planner", "—", "Requests/s one replica serves at SLO; when set, demand is planned as an arrival rate.", "1.5"),
-    k("sloSeconds", "planner", "5", "Queueing delay a request may see; the planner drains backlog within it.", "5"),
+    k("sloSeconds", "planner", "5", "Queueing delay a request may see; the planner drains backlog within it, and a vLLM signal measures against it the share of requests that waited longer (`prescale_queue_late_share`).", "5"),
     k("scaleToZero", "planner", "false", "Allow the planner to go to 0 when no arrival is expected within the warm-up.", "true"),
     k("forecastModel", "planner", "auto", "`auto` (loss-weighted ensemble), `smoothing`, `holtWinters`, `seasonalNaive`.", "auto"),
     k("minReplicas", "planner", "0", "Lower bound of the plan (keep KEDA's minReplicaCount consistent).", "0"),

@@ -80,6 +80,25 @@ pub struct Snapshot {
     pub observed_demand: Option<f64>,
     /// How the planner's history was warmed at start (with `--history-prometheus`).
     pub history: Option<String>,
+    /// Share of the requests that left vLLM's queue over the last poll interval after
+    /// waiting longer than `sloSeconds` (`sources::vllm`; exported as
+    /// `prescale_queue_late_share`): what the fleet's users saw, whichever mode answers.
+    /// None without a vLLM signal reporting `vllm:request_queue_time_seconds`, or when no
+    /// request left the queue.
+    pub queue_late_share: Option<f64>,
+}
+
+/// The late share over every vLLM signal: late requests over started ones, summed.
+fn queue_late_share(signals: &[SignalView]) -> Option<f64> {
+    let (mut late, mut started, mut any) = (0.0, 0.0, false);
+    for s in signals {
+        if let (Some(l), Some(n)) = (s.detail.get("queue_late_rate"), s.detail.get("queue_started_rate")) {
+            late += l;
+            started += n;
+            any = true;
+        }
+    }
+    (any && started > 0.0).then(|| (late / started).clamp(0.0, 1.0))
 }
 
 type Identity = (String, String, BTreeMap<String, String>);
@@ -349,6 +368,7 @@ impl Engine {
             self.inner.metrics.demand.remove(&labels);
             self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
+            self.inner.metrics.queue_late_share.remove(&labels);
         }
         let n = removed.len();
         drop(removed);
@@ -518,6 +538,14 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         metrics.observed_demand.get_or_create(&labels).set(d);
     }
     metrics.planned.get_or_create(&labels).set(i64::from(snap.replicas));
+    match snap.queue_late_share {
+        Some(x) => {
+            metrics.queue_late_share.get_or_create(&labels).set(x);
+        }
+        None => {
+            metrics.queue_late_share.remove(&labels);
+        }
+    }
     let was_active = *e.active.borrow();
     let now_active = snap.replicas > 0 && e.answer_for(&snap);
     *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
@@ -743,6 +771,7 @@ impl ScalerState {
             c.report_plan(&self.config.id, answer.0); // reactive mode: the answer is the plan
         }
         drop(guard);
+        let late_share = queue_late_share(&signals);
         Snapshot {
             tick_ms,
             driver: demand.as_ref().and_then(|d| d.driver).map(|i| signals[i].label.clone()),
@@ -755,6 +784,7 @@ impl ScalerState {
             signals,
             observed_demand,
             history: self.history.clone(),
+            queue_late_share: late_share,
         }
     }
 }
@@ -863,5 +893,18 @@ mod tests {
             let stepped = guarded(&id, || p.step(t, 3.0)).expect("no panic");
             assert_eq!(stepped, q.step(t, 3.0));
         }
+    }
+
+    #[test]
+    fn the_late_share_pools_every_vllm_signal_and_is_none_without_requests() {
+        let sig = |detail: &[(&'static str, f64)]| SignalView::with_detail("vllm", detail);
+        let a = sig(&[("queue_started_rate", 10.0), ("queue_late_rate", 1.0)]);
+        let b = sig(&[("queue_started_rate", 30.0), ("queue_late_rate", 9.0)]);
+        // (1 + 9) / (10 + 30), not the mean of the two shares (0.1 and 0.3).
+        assert_eq!(queue_late_share(&[a.clone(), b, sig(&[("waiting", 3.0)])]), Some(0.25));
+        assert_eq!(queue_late_share(&[sig(&[("waiting", 3.0)])]), None, "no histogram: no figure");
+        let idle = sig(&[("queue_started_rate", 0.0), ("queue_late_rate", 0.0)]);
+        assert_eq!(queue_late_share(&[idle]), None, "nobody scheduled: no figure, not 0");
+        assert_eq!(queue_late_share(&[a]), Some(0.1));
     }
 }

@@ -23,6 +23,26 @@ pub struct SignalView {
     pub detail: std::collections::BTreeMap<&'static str, f64>,
 }
 
+impl SignalView {
+    /// A good reading of `kind` with only these detail figures (tests of what reads them).
+    #[cfg(test)]
+    pub(crate) fn with_detail(kind: &'static str, detail: &[(&'static str, f64)]) -> Self {
+        SignalView {
+            kind,
+            label: kind.into(),
+            per_replica: 1.0,
+            value: Some(0.0),
+            replicas: Some(0.0),
+            active: true,
+            last_good_ms: Some(1),
+            last_error: None,
+            last_error_ms: None,
+            failures: 0,
+            detail: detail.iter().copied().collect(),
+        }
+    }
+}
+
 /// The combined demand: the max over signals of replica-equivalents (the HPA's rule).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Demand {

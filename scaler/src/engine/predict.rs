@@ -511,19 +511,7 @@ mod tests {
     }
 
     fn sig(kind: &'static str, detail: &[(&'static str, f64)]) -> SignalView {
-        SignalView {
-            kind,
-            label: kind.into(),
-            per_replica: 1.0,
-            value: Some(0.0),
-            replicas: Some(0.0),
-            active: true,
-            last_good_ms: Some(1),
-            last_error: None,
-            last_error_ms: None,
-            failures: 0,
-            detail: detail.iter().copied().collect(),
-        }
+        SignalView::with_detail(kind, detail)
     }
 
     #[test]

@@ -26,8 +26,10 @@ const COLON: char = 'ː';
 /// Largest body read from one endpoint (a vLLM or 8-GPU dcgm-exporter page is ~100 KiB).
 const MAX_BODY: usize = 32 << 20;
 
-/// One sample line: name, labels, value. Histogram/summary samples are dropped (no source
-/// uses them).
+/// One sample line: name, labels, value. A histogram's buckets are `<name>_bucket` series
+/// with an `le` label, whether or not the page declared the histogram's `# TYPE` (the crate
+/// folds a typed histogram's bucket lines into one sample; they are unfolded here); summary
+/// quantiles are dropped (no source uses them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     pub name: String,
@@ -136,16 +138,34 @@ pub fn parse(text: &str) -> Result<Vec<Series>, SourceError> {
     let scrape = prometheus_parse::Scrape::parse(lines).map_err(SourceError::parse)?;
     let mut out = Vec::with_capacity(scrape.samples.len());
     for s in scrape.samples {
+        let labels: HashMap<String, String> = s.labels.iter().map(|(k, v)| (k.clone(), decode_value(v))).collect();
+        let name = s.metric.replace(COLON, ":");
         let value = match s.value {
             prometheus_parse::Value::Counter(v)
             | prometheus_parse::Value::Gauge(v)
             | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(buckets) => {
+                for b in buckets {
+                    let mut labels = labels.clone();
+                    labels.insert("le".to_string(), le_label(b.less_than));
+                    out.push(Series { name: format!("{name}_bucket"), labels, value: b.count });
+                }
+                continue;
+            }
             _ => continue,
         };
-        let labels = s.labels.iter().map(|(k, v)| (k.clone(), decode_value(v))).collect();
-        out.push(Series { name: s.metric.replace(COLON, ":"), labels, value });
+        out.push(Series { name, labels, value });
     }
     Ok(out)
+}
+
+/// A bucket bound as the text format writes it (`+Inf` for the last).
+fn le_label(bound: f64) -> String {
+    if bound == f64::INFINITY {
+        "+Inf".to_string()
+    } else {
+        bound.to_string()
+    }
 }
 
 /// `host:port`, `host`, `http(s)://host[:port][/path]` → a scrape URL: `http://` and
@@ -301,11 +321,21 @@ mod tests {
     }
 
     #[test]
-    fn histograms_are_skipped_and_garbage_does_not_panic() {
-        let text = "# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_count 1\nh_sum 0.2\n{{{ }}} \n\u{0}\nx{a=\"b\"} notanumber\n";
-        let s = parse(text).unwrap();
-        assert!(s.iter().all(|s| s.name != "h_bucket"));
-        assert!(s.iter().any(|s| s.name == "h_count"));
+    fn histogram_buckets_read_alike_typed_or_not_and_garbage_does_not_panic() {
+        let typed = "# TYPE vllm:h histogram\nvllm:h_bucket{engine=\"0\",le=\"0.1\"} 1\nvllm:h_bucket{engine=\"0\",le=\"+Inf\"} 3\n\
+                     vllm:h_count{engine=\"0\"} 3\nvllm:h_sum{engine=\"0\"} 0.2\n{{{ }}} \n\u{0}\nx{a=\"b\"} notanumber\n";
+        let untyped = typed.replacen("# TYPE vllm:h histogram\n", "", 1);
+        for text in [typed, &untyped] {
+            let s = parse(text).unwrap();
+            let mut buckets: Vec<(String, f64, Option<&str>)> = s
+                .iter()
+                .filter(|s| s.name == "vllm:h_bucket")
+                .map(|s| (s.label("le").unwrap().to_string(), s.value, s.label("engine")))
+                .collect();
+            buckets.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(buckets, [("+Inf".to_string(), 3.0, Some("0")), ("0.1".to_string(), 1.0, Some("0"))], "{text}");
+            assert!(s.iter().any(|s| s.name == "vllm:h_count"));
+        }
     }
 
     #[test]

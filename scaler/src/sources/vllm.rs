@@ -13,6 +13,16 @@
 //! - `detail["arrival_rate"]`: served requests/s, the rate of `vllm:request_success_total`
 //!   (all `finished_reason`s) between consecutive polls, summed over pods that were read
 //!   at both polls (a counter that went down restarted from 0). Absent on the first poll.
+//! - Queue time against the SLO: from the `vllm:request_queue_time_seconds` histogram (time a
+//!   request spent WAITING before its first schedule), per poll interval, the requests/s that
+//!   left the queue (`queue_started_rate`), those that had waited longer than `sloSeconds`
+//!   (`queue_late_rate`) and their share (`queue_late_share`), counted over pods read at both
+//!   polls. Buckets are read at the largest bound ≤ `sloSeconds` (`queue_slo_bound_seconds`;
+//!   vLLM's bounds include 0.3–2.5, 5, 10, 15, 20, 30 … s), so between two bounds the share
+//!   counts some requests as late that were not: an upper bound, never an understatement.
+//!   This is what the fleet's users saw, measured where it happens; `serve` exports it per
+//!   ScaledObject as `prescale_queue_late_share`. A request still waiting is counted when it is
+//!   scheduled, so a cold start shows up when it ends.
 //! - Pods down: the others are used and `detail["pods_down"]` counts the failed ones; a pod
 //!   answering without any `vllm:num_requests_*` series (for `vllmModel`) counts as down.
 //!   No pod up: the read fails (never a zero). A Service with no ready endpoint (the
@@ -34,6 +44,7 @@ const RUNNING: &str = "vllm:num_requests_running";
 const KV: &str = "vllm:kv_cache_usage_perc";
 const KV_OLD: &str = "vllm:gpu_cache_usage_perc";
 const SUCCESS: &str = "vllm:request_success_total";
+const QUEUE_TIME_BUCKET: &str = "vllm:request_queue_time_seconds_bucket";
 
 /// Where the pods are.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -66,6 +77,8 @@ pub struct VllmConfig {
     pub per_replica: f64,
     pub kv_cache_target: Option<f64>,
     pub activation_value: f64,
+    /// `sloSeconds`: the queue time the late share is measured against.
+    pub slo_s: f64,
     /// Timeout of one pod's scrape (and of the EndpointSlice list): 3/4 of
     /// `sourceTimeoutSeconds`, so one hung pod is "down" instead of failing the read.
     #[serde(skip)]
@@ -103,6 +116,7 @@ impl VllmConfig {
         };
         let activation_value = md.f64_in("vllmActivationValue", 0.0, 0.0, f64::MAX, false);
         let scrape_timeout = source_timeout(md).mul_f64(0.75);
+        let slo_s = slo_seconds(md);
 
         let port = match port_raw.as_deref() {
             None => Some(PortRef::Number(DEFAULT_PORT)),
@@ -156,6 +170,7 @@ impl VllmConfig {
             per_replica: per_replica?,
             kv_cache_target: kv_cache_target?,
             activation_value: activation_value?,
+            slo_s,
             scrape_timeout,
         })
     }
@@ -178,8 +193,8 @@ impl VllmConfig {
             Pods::Service { namespace, name, port } => format!("service={namespace}/{name}:{port:?}"),
         };
         format!(
-            "vllm|{pods}|{:?}|{}|{:?}|{}|{:?}",
-            self.model, self.per_replica, self.kv_cache_target, self.activation_value, self.scrape_timeout
+            "vllm|{pods}|{:?}|{}|{:?}|{}|{}|{:?}",
+            self.model, self.per_replica, self.kv_cache_target, self.activation_value, self.slo_s, self.scrape_timeout
         )
     }
 }
@@ -193,6 +208,14 @@ pub(crate) fn source_timeout(md: &mut Metadata<'_>) -> Duration {
         .unwrap_or(2.0)
         .min(3600.0);
     Duration::from_secs_f64(secs)
+}
+
+/// `sloSeconds` as the planner's parser reads it (errors are reported there).
+fn slo_seconds(md: &mut Metadata<'_>) -> f64 {
+    md.string("sloSeconds")
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
+        .unwrap_or(5.0)
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -255,13 +278,65 @@ pub struct PodStats {
     pub kv: Option<f64>,
     /// `vllm:request_success_total` summed over finished_reason and engines, when reported.
     pub success: Option<f64>,
+    /// Queue-time counts against the SLO, when the pod reports the histogram.
+    pub queue: Option<QueueCounts>,
 }
 
-/// Read one pod's series (only `model_name == model` when given). `Err` names why the
-/// page does not count as a vLLM pod.
-pub fn pod_stats(series: &[Series], model: Option<&str>) -> Result<PodStats, String> {
+/// Cumulative counts of `vllm:request_queue_time_seconds` (summed over engines).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueueCounts {
+    /// Requests that left the queue (the `+Inf` bucket).
+    pub started: f64,
+    /// Of those, the ones over `bound_s` (the `+Inf` bucket less the `bound_s` bucket).
+    pub late: f64,
+    /// The bucket bound read: the largest ≤ the SLO.
+    pub bound_s: f64,
+}
+
+/// One bucket series of the queue-time histogram: its labels other than `le` (sorted; they
+/// name the engine and model), its bound and its count.
+struct Bucket<'a> {
+    key: Vec<(&'a str, &'a str)>,
+    le: f64,
+    count: f64,
+}
+
+/// One engine's histogram: the bucket read against the SLO (bound, count) and `+Inf`.
+#[derive(Default)]
+struct EngineQueue {
+    within: Option<(f64, f64)>,
+    total: Option<f64>,
+}
+
+/// The queue-time counts of one pod's bucket series, read at the largest bound ≤ `slo_s`.
+/// None when no engine reports both that bound and `+Inf`.
+fn queue_counts(buckets: &[Bucket<'_>], slo_s: f64) -> Option<QueueCounts> {
+    let mut engines: BTreeMap<&[(&str, &str)], EngineQueue> = BTreeMap::new();
+    for b in buckets {
+        let e = engines.entry(b.key.as_slice()).or_default();
+        if b.le == f64::INFINITY {
+            e.total = Some(b.count);
+        } else if b.le <= slo_s * (1.0 + 1e-9) && e.within.is_none_or(|(bound, _)| b.le > bound) {
+            e.within = Some((b.le, b.count));
+        }
+    }
+    let mut out: Option<QueueCounts> = None;
+    for e in engines.into_values() {
+        let (Some((bound, within)), Some(total)) = (e.within, e.total) else { continue };
+        let q = out.get_or_insert(QueueCounts { bound_s: bound, ..Default::default() });
+        q.started += total;
+        q.late += (total - within).max(0.0);
+        q.bound_s = q.bound_s.min(bound);
+    }
+    out
+}
+
+/// Read one pod's series (only `model_name == model` when given); the queue time against
+/// `slo_s`. `Err` names why the page does not count as a vLLM pod.
+pub fn pod_stats(series: &[Series], model: Option<&str>, slo_s: f64) -> Result<PodStats, String> {
     let mut st = PodStats::default();
     let (mut seen_queue, mut kv_new, mut kv_old, mut success) = (false, Vec::new(), Vec::new(), None::<f64>);
+    let mut buckets = Vec::new();
     for s in series {
         if model.is_some_and(|m| s.label("model_name") != Some(m)) || !s.value.is_finite() {
             continue;
@@ -279,6 +354,18 @@ pub fn pod_stats(series: &[Series], model: Option<&str>) -> Result<PodStats, Str
             KV => kv_new.push(v.min(1.0)),
             KV_OLD => kv_old.push(v.min(1.0)),
             SUCCESS => *success.get_or_insert(0.0) += v,
+            QUEUE_TIME_BUCKET => {
+                if let Some(le) = s.label("le").and_then(|l| l.trim().parse::<f64>().ok()).filter(|l| !l.is_nan()) {
+                    let mut key: Vec<(&str, &str)> = s
+                        .labels
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != "le")
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    key.sort_unstable();
+                    buckets.push(Bucket { key, le, count: v });
+                }
+            }
             _ => {}
         }
     }
@@ -291,6 +378,7 @@ pub fn pod_stats(series: &[Series], model: Option<&str>) -> Result<PodStats, Str
     let kv = if kv_new.is_empty() { kv_old } else { kv_new };
     st.kv = (!kv.is_empty()).then(|| kv.iter().sum::<f64>() / kv.len() as f64);
     st.success = success;
+    st.queue = queue_counts(&buckets, slo_s);
     Ok(st)
 }
 
@@ -324,12 +412,41 @@ impl RateTracker {
     }
 }
 
+/// The queue-time rates over one poll interval (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueRates {
+    pub started: f64,
+    pub late: f64,
+    pub bound_s: f64,
+}
+
+/// Per-endpoint counter memory of the queue-time histogram: requests started and late.
+#[derive(Debug, Default)]
+pub struct QueueTracker {
+    started: RateTracker,
+    late: RateTracker,
+}
+
+impl QueueTracker {
+    /// Record this poll's counts per endpoint; the rates over endpoints read at both polls
+    /// (`None` on the first poll, or when no pod reports the histogram).
+    pub fn update(&mut self, at: Instant, now: &[(String, QueueCounts)]) -> Option<QueueRates> {
+        let started: Vec<(String, f64)> = now.iter().map(|(e, q)| (e.clone(), q.started)).collect();
+        let late: Vec<(String, f64)> = now.iter().map(|(e, q)| (e.clone(), q.late)).collect();
+        let s = self.started.update(at, &started);
+        let l = self.late.update(at, &late);
+        let bound_s = now.iter().map(|(_, q)| q.bound_s).reduce(f64::min)?;
+        Some(QueueRates { started: s?, late: l?.min(s?), bound_s })
+    }
+}
+
 /// Combine the pods read this poll into the reading (`down` failed ones).
 pub fn combine(
     cfg: &VllmConfig,
     up: &[PodStats],
     down: usize,
     arrival_rate: Option<f64>,
+    queue_rates: Option<QueueRates>,
 ) -> Result<Reading, SourceError> {
     let waiting: f64 = up.iter().map(|p| p.waiting).sum();
     let running: f64 = up.iter().map(|p| p.running).sum();
@@ -342,6 +459,14 @@ pub fn combine(
     detail.insert("pods_total", (up.len() + down) as f64);
     if let Some(r) = arrival_rate {
         detail.insert("arrival_rate", r);
+    }
+    if let Some(q) = queue_rates {
+        detail.insert("queue_started_rate", q.started);
+        detail.insert("queue_late_rate", q.late);
+        detail.insert("queue_slo_bound_seconds", q.bound_s);
+        if q.started > 0.0 {
+            detail.insert("queue_late_share", (q.late / q.started).clamp(0.0, 1.0));
+        }
     }
     let kv: Vec<f64> = up.iter().filter_map(|p| p.kv).collect();
     if !kv.is_empty() {
@@ -366,11 +491,18 @@ pub struct VllmSource {
     http: reqwest::Client,
     kube: Arc<KubeClient>,
     rates: Mutex<RateTracker>,
+    queue: Mutex<QueueTracker>,
 }
 
 impl VllmSource {
     pub fn new(cfg: VllmConfig, shared: &Shared) -> Self {
-        Self { cfg, http: shared.http.clone(), kube: shared.kube.clone(), rates: Mutex::new(RateTracker::default()) }
+        Self {
+            cfg,
+            http: shared.http.clone(),
+            kube: shared.kube.clone(),
+            rates: Mutex::new(RateTracker::default()),
+            queue: Mutex::new(QueueTracker::default()),
+        }
     }
 
     /// The scrape URLs of the pods this poll.
@@ -420,16 +552,18 @@ impl VllmSource {
         }
         let timeout = self.cfg.scrape_timeout;
         let model = self.cfg.model.as_deref();
+        let slo_s = self.cfg.slo_s;
         let pages = futures::future::join_all(urls.iter().map(|u| async move {
             let url = url::Url::parse(u).map_err(SourceError::parse)?;
             let text = exposition::fetch(&self.http, &url, timeout).await?;
             let series = exposition::parse(&text)?;
-            pod_stats(&series, model).map_err(|why| SourceError::NotFound(format!("{}: {why}", redact_url(u))))
+            pod_stats(&series, model, slo_s).map_err(|why| SourceError::NotFound(format!("{}: {why}", redact_url(u))))
         }))
         .await;
         let at = Instant::now();
         let mut up = Vec::new();
         let mut counters = Vec::new();
+        let mut queue_counts = Vec::new();
         let mut errors = Vec::new();
         for (u, r) in urls.iter().zip(pages) {
             match r {
@@ -437,12 +571,16 @@ impl VllmSource {
                     if let Some(c) = st.success {
                         counters.push((u.clone(), c));
                     }
+                    if let Some(q) = st.queue {
+                        queue_counts.push((u.clone(), q));
+                    }
                     up.push(st);
                 }
                 Err(e) => errors.push(e),
             }
         }
         let rate = self.rates.lock().unwrap_or_else(|e| e.into_inner()).update(at, &counters);
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner()).update(at, &queue_counts);
         if up.is_empty() {
             let n = urls.len();
             let first = errors.first().map(ToString::to_string).unwrap_or_default();
@@ -451,7 +589,7 @@ impl VllmSource {
         if !errors.is_empty() {
             tracing::debug!(source = %self.cfg.label(), failed = errors.len(), first = %errors[0], "some vLLM pods are down");
         }
-        combine(&self.cfg, &up, errors.len(), rate)
+        combine(&self.cfg, &up, errors.len(), rate, queue)
     }
 }
 
@@ -548,7 +686,7 @@ mod tests {
     }
 
     fn stats(text: &str, model: Option<&str>) -> Result<PodStats, String> {
-        pod_stats(&exposition::parse(text).unwrap(), model)
+        pod_stats(&exposition::parse(text).unwrap(), model, 5.0)
     }
 
     fn md_parse(pairs: &[(&str, &str)]) -> Result<VllmConfig, crate::config::ConfigErrors> {
@@ -566,6 +704,7 @@ mod tests {
             per_replica: 16.0,
             kv_cache_target: kv,
             activation_value: 0.0,
+            slo_s: 5.0,
             scrape_timeout: Duration::from_secs(1),
         }
     }
@@ -573,7 +712,7 @@ mod tests {
     #[test]
     fn reads_the_reference_sample() {
         let st = stats(&page(8.0, 6.0, 0.765, 131.0), None).unwrap();
-        assert_eq!(st, PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: Some(131.0) });
+        assert_eq!(st, PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: Some(131.0), queue: None });
     }
 
     #[test]
@@ -606,6 +745,112 @@ mod tests {
         assert!(stats("up 1\n", None).unwrap_err().contains("not a vLLM"));
     }
 
+    /// `vllm:request_queue_time_seconds` as vLLM writes it (its request-latency bounds), for
+    /// one engine: `counts[i]` requests waited at most `BOUNDS[i]`, `total` in all.
+    const BOUNDS: [f64; 21] = [
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+        1920.0, 7680.0,
+    ];
+
+    fn queue_histogram(engine: &str, model: &str, under: impl Fn(f64) -> f64, total: f64) -> String {
+        let mut out = String::new();
+        for b in BOUNDS {
+            out.push_str(&format!(
+                "vllm:request_queue_time_seconds_bucket{{engine=\"{engine}\",le=\"{b:?}\",model_name=\"{model}\"}} {:.1}\n",
+                under(b)
+            ));
+        }
+        out.push_str(&format!(
+            "vllm:request_queue_time_seconds_bucket{{engine=\"{engine}\",le=\"+Inf\",model_name=\"{model}\"}} {total:.1}\n\
+             vllm:request_queue_time_seconds_count{{engine=\"{engine}\",model_name=\"{model}\"}} {total:.1}\n\
+             vllm:request_queue_time_seconds_sum{{engine=\"{engine}\",model_name=\"{model}\"}} 812.5\n"
+        ));
+        out
+    }
+
+    #[test]
+    fn queue_time_is_read_at_the_largest_bound_within_the_slo() {
+        // Engine 0: 100 requests, 90 within 2.5 s, 95 within 5 s; engine 1: 40, all within 1 s;
+        // another model: 1,000 requests, all late.
+        let e0 = |b: f64| {
+            if b < 2.5 {
+                50.0
+            } else if b < 5.0 {
+                90.0
+            } else if b < 10.0 {
+                95.0
+            } else {
+                100.0
+            }
+        };
+        let text = format!(
+            "{}# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n\
+             # TYPE vllm:request_queue_time_seconds histogram\n{}{}{}",
+            page(8.0, 6.0, 0.5, 1.0),
+            queue_histogram("0", MODEL, e0, 100.0),
+            queue_histogram("1", MODEL, |b| if b >= 1.0 { 40.0 } else { 0.0 }, 40.0),
+            queue_histogram("0", "other", |_| 0.0, 1000.0),
+        );
+        let series = exposition::parse(&text).unwrap();
+        let q = |slo: f64, model: Option<&str>| pod_stats(&series, model, slo).unwrap().queue;
+        assert_eq!(q(5.0, Some(MODEL)), Some(QueueCounts { started: 140.0, late: 5.0, bound_s: 5.0 }));
+        // Between two bounds: the lower one (an upper bound on the late count).
+        assert_eq!(q(4.0, Some(MODEL)), Some(QueueCounts { started: 140.0, late: 10.0, bound_s: 2.5 }));
+        assert_eq!(q(5.0, None), Some(QueueCounts { started: 1140.0, late: 1005.0, bound_s: 5.0 }));
+        // An SLO under the first bound cannot be read: no figure rather than a wrong one.
+        assert_eq!(q(0.1, Some(MODEL)), None);
+        // The same page without the TYPE line (the buckets as plain samples) reads alike.
+        let untyped = text.replace("# TYPE vllm:request_queue_time_seconds histogram\n", "");
+        let series = exposition::parse(&untyped).unwrap();
+        assert_eq!(pod_stats(&series, Some(MODEL), 5.0).unwrap().queue.unwrap().late, 5.0);
+        // A pod without the histogram (an older vLLM) has no queue figure.
+        assert_eq!(stats(&page(8.0, 6.0, 0.5, 1.0), None).unwrap().queue, None);
+    }
+
+    #[test]
+    fn queue_rates_over_polls_and_their_detail() {
+        let mut tr = QueueTracker::default();
+        let t0 = Instant::now();
+        let qc = |started: f64, late: f64| QueueCounts { started, late, bound_s: 5.0 };
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(tr.update(t0, &[("a".into(), qc(100.0, 5.0)), ("b".into(), qc(10.0, 0.0))]), None);
+        // 2 s later: a started 20 more (4 late), b 4 more (none late).
+        let r = tr.update(at(2), &[("a".into(), qc(120.0, 9.0)), ("b".into(), qc(14.0, 0.0))]).unwrap();
+        assert_eq!(r, QueueRates { started: 12.0, late: 2.0, bound_s: 5.0 });
+        // a restarted (its counters went down): counted from zero.
+        let r = tr.update(at(3), &[("a".into(), qc(3.0, 3.0)), ("b".into(), qc(14.0, 0.0))]).unwrap();
+        assert_eq!(r, QueueRates { started: 3.0, late: 3.0, bound_s: 5.0 });
+        // No pod reports the histogram: no figure.
+        assert_eq!(tr.update(at(4), &[]), None);
+
+        let p = PodStats { waiting: 1.0, ..Default::default() };
+        let r = combine(
+            &cfg(None),
+            std::slice::from_ref(&p),
+            0,
+            None,
+            Some(QueueRates { started: 12.0, late: 3.0, bound_s: 5.0 }),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.detail["queue_started_rate"], r.detail["queue_late_rate"], r.detail["queue_late_share"]),
+            (12.0, 3.0, 0.25)
+        );
+        assert_eq!(r.detail["queue_slo_bound_seconds"], 5.0);
+        // Nobody left the queue this interval: the rates, but no share (0/0 is not "none late").
+        let r = combine(&cfg(None), &[p], 0, None, Some(QueueRates { started: 0.0, late: 0.0, bound_s: 5.0 })).unwrap();
+        assert_eq!(r.detail["queue_started_rate"], 0.0);
+        assert!(!r.detail.contains_key("queue_late_share"));
+    }
+
+    #[test]
+    fn the_slo_is_read_from_slo_seconds_and_splits_the_poll() {
+        let a = md_parse(&[("vllmService", "s")]).unwrap();
+        let b = md_parse(&[("vllmService", "s"), ("sloSeconds", "10")]).unwrap();
+        assert_eq!((a.slo_s, b.slo_s), (5.0, 10.0));
+        assert_ne!(a.poll_key(), b.poll_key(), "ScaledObjects with other SLOs share no poll");
+    }
+
     #[test]
     fn counter_rate_and_reset() {
         let mut r = RateTracker::default();
@@ -627,28 +872,28 @@ mod tests {
 
     #[test]
     fn combine_sums_pods_and_marks_degraded() {
-        let p1 = PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: None };
-        let p2 = PodStats { waiting: 10.0, running: 20.0, kv: Some(0.235), success: None };
-        let r = combine(&cfg(None), &[p1.clone(), p2.clone()], 0, Some(2.5)).unwrap();
+        let p1 = PodStats { waiting: 6.0, running: 8.0, kv: Some(0.765), success: None, queue: None };
+        let p2 = PodStats { waiting: 10.0, running: 20.0, kv: Some(0.235), success: None, queue: None };
+        let r = combine(&cfg(None), &[p1.clone(), p2.clone()], 0, Some(2.5), None).unwrap();
         assert_eq!(r.value, 44.0);
         assert!(r.active);
         assert_eq!(r.detail["pods_up"], 2.0);
         assert_eq!(r.detail["pods_down"], 0.0);
         assert_eq!(r.detail["arrival_rate"], 2.5);
         assert!((r.detail["kv_cache_mean"] - 0.5).abs() < 1e-12);
-        let r = combine(&cfg(None), std::slice::from_ref(&p1), 1, None).unwrap();
+        let r = combine(&cfg(None), std::slice::from_ref(&p1), 1, None, None).unwrap();
         assert_eq!((r.value, r.detail["pods_down"], r.detail["pods_total"]), (14.0, 1.0, 2.0));
         assert!(!r.detail.contains_key("arrival_rate"));
         // KV: (0.765 + 0.235) / 0.25 = 4 replicas → 64 in per-replica units > queue 44.
-        let r = combine(&cfg(Some(0.25)), &[p1.clone(), p2.clone()], 0, None).unwrap();
+        let r = combine(&cfg(Some(0.25)), &[p1.clone(), p2.clone()], 0, None, None).unwrap();
         assert!((r.value - 64.0).abs() < 1e-9, "{}", r.value);
         assert!((r.detail["kv_replicas"] - 4.0).abs() < 1e-9);
         // KV below the queue: the queue drives.
-        let r = combine(&cfg(Some(0.9)), &[p1.clone(), p2], 0, None).unwrap();
+        let r = combine(&cfg(Some(0.9)), &[p1.clone(), p2], 0, None, None).unwrap();
         assert_eq!(r.value, 44.0);
         // KV target without any KV series: an error, not a silent queue-only value.
         let p3 = PodStats { kv: None, ..p1 };
-        assert!(matches!(combine(&cfg(Some(0.8)), &[p3], 0, None), Err(SourceError::NotFound(_))));
+        assert!(matches!(combine(&cfg(Some(0.8)), &[p3], 0, None, None), Err(SourceError::NotFound(_))));
     }
 
     #[test]
@@ -656,9 +901,9 @@ mod tests {
         let mut c = cfg(None);
         c.activation_value = 14.0;
         let p = PodStats { waiting: 6.0, running: 8.0, ..Default::default() };
-        assert!(!combine(&c, std::slice::from_ref(&p), 0, None).unwrap().active);
+        assert!(!combine(&c, std::slice::from_ref(&p), 0, None, None).unwrap().active);
         c.activation_value = 13.5;
-        assert!(combine(&c, &[p], 0, None).unwrap().active);
+        assert!(combine(&c, &[p], 0, None, None).unwrap().active);
     }
 
     #[test]
