@@ -200,8 +200,10 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
         }
     }
 
-    let sources = crate::sources::parse_all(md);
     let planner = parse_planner(md);
+    // The vLLM source measures queue time against the planner's `sloSeconds` (when the planner's
+    // keys do not parse, the ScaledObject is rejected and the value is never used).
+    let sources = crate::sources::parse_all(md, planner.as_ref().map_or(0.0, |p| p.slo_seconds));
     let cluster = parse_cluster(md);
     Some(ScalerConfig {
         id: md.id().clone(),

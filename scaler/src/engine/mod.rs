@@ -538,13 +538,18 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         metrics.observed_demand.get_or_create(&labels).set(d);
     }
     metrics.planned.get_or_create(&labels).set(i64::from(snap.replicas));
-    match snap.queue_late_share {
-        Some(x) => {
-            metrics.queue_late_share.get_or_create(&labels).set(x);
-        }
-        None => {
-            metrics.queue_late_share.remove(&labels);
-        }
+    if let Some(x) = snap.queue_late_share {
+        metrics.queue_late_share.get_or_create(&labels).set(x);
+    } else if e
+        .snapshot
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|s| s.queue_late_share.is_some())
+    {
+        // Removed only where the last tick set it: most ScaledObjects have no vLLM signal, and
+        // a removal takes the family's write lock on every tick.
+        metrics.queue_late_share.remove(&labels);
     }
     let was_active = *e.active.borrow();
     let now_active = snap.replicas > 0 && e.answer_for(&snap);

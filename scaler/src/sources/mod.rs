@@ -167,7 +167,7 @@ impl SourceConfig {
 
 /// Parse every configured source (a source is configured when any key of its prefix
 /// is present); at least one is required.
-pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
+pub fn parse_all(md: &mut Metadata<'_>, slo_s: f64) -> Vec<SourceConfig> {
     let mut out = Vec::new();
     if let Some(c) = rabbitmq::RabbitmqConfig::parse(md) {
         out.push(SourceConfig::Rabbitmq(c));
@@ -181,7 +181,7 @@ pub fn parse_all(md: &mut Metadata<'_>) -> Vec<SourceConfig> {
     if let Some(c) = sqs::SqsConfig::parse(md) {
         out.push(SourceConfig::Sqs(c));
     }
-    if let Some(c) = vllm::VllmConfig::parse(md) {
+    if let Some(c) = vllm::VllmConfig::parse(md, slo_s) {
         out.push(SourceConfig::Vllm(c));
     }
     if let Some(c) = dcgm::DcgmConfig::parse(md) {

@@ -90,8 +90,9 @@ pub const DEFAULT_PER_REPLICA: f64 = 16.0;
 pub const DEFAULT_PORT: u16 = 8000;
 
 impl VllmConfig {
-    /// `None` when no `vllm*` key is present.
-    pub fn parse(md: &mut Metadata<'_>) -> Option<Self> {
+    /// `None` when no `vllm*` key is present. `slo_s`: the ScaledObject's `sloSeconds`, as
+    /// the planner's keys parsed it.
+    pub fn parse(md: &mut Metadata<'_>, slo_s: f64) -> Option<Self> {
         if !md.has_prefix("vllm") {
             return None;
         }
@@ -116,7 +117,6 @@ impl VllmConfig {
         };
         let activation_value = md.f64_in("vllmActivationValue", 0.0, 0.0, f64::MAX, false);
         let scrape_timeout = source_timeout(md).mul_f64(0.75);
-        let slo_s = slo_seconds(md);
 
         let port = match port_raw.as_deref() {
             None => Some(PortRef::Number(DEFAULT_PORT)),
@@ -208,14 +208,6 @@ pub(crate) fn source_timeout(md: &mut Metadata<'_>) -> Duration {
         .unwrap_or(2.0)
         .min(3600.0);
     Duration::from_secs_f64(secs)
-}
-
-/// `sloSeconds` as the planner's parser reads it (errors are reported there).
-fn slo_seconds(md: &mut Metadata<'_>) -> f64 {
-    md.string("sloSeconds")
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
-        .unwrap_or(5.0)
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -693,7 +685,7 @@ mod tests {
         let id = ScalerId { namespace: "llm".into(), name: "so".into() };
         let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut md = Metadata::new(&id, &map);
-        let c = VllmConfig::parse(&mut md);
+        let c = VllmConfig::parse(&mut md, 5.0);
         md.finish(c)
     }
 
@@ -844,9 +836,18 @@ mod tests {
     }
 
     #[test]
-    fn the_slo_is_read_from_slo_seconds_and_splits_the_poll() {
-        let a = md_parse(&[("vllmService", "s")]).unwrap();
-        let b = md_parse(&[("vllmService", "s"), ("sloSeconds", "10")]).unwrap();
+    fn the_slo_is_the_planners_slo_seconds_and_splits_the_poll() {
+        let id = ScalerId { namespace: "llm".into(), name: "so".into() };
+        let vllm = |pairs: &[(&str, &str)]| {
+            let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let cfg = crate::config::parse(&id, &map).unwrap();
+            match cfg.sources.as_slice() {
+                [crate::sources::SourceConfig::Vllm(v)] => v.clone(),
+                other => panic!("one vLLM source expected, got {other:?}"),
+            }
+        };
+        let a = vllm(&[("vllmService", "s")]);
+        let b = vllm(&[("vllmService", "s"), ("sloSeconds", "10")]);
         assert_eq!((a.slo_s, b.slo_s), (5.0, 10.0));
         assert_ne!(a.poll_key(), b.poll_key(), "ScaledObjects with other SLOs share no poll");
     }
