@@ -201,9 +201,13 @@ fn parse_with(md: &mut Metadata<'_>) -> Option<ScalerConfig> {
     }
 
     let planner = parse_planner(md);
-    // The vLLM source measures queue time against the planner's `sloSeconds` (when the planner's
-    // keys do not parse, the ScaledObject is rejected and the value is never used).
-    let sources = crate::sources::parse_all(md, planner.as_ref().map_or(0.0, |p| p.slo_seconds));
+    // What the sources read of the keys above and the planner's (when one of them does not
+    // parse, the ScaledObject is rejected and these stand-ins are never used).
+    let common = crate::sources::CommonKeys {
+        source_timeout: source_timeout.unwrap_or_default(),
+        slo_s: planner.as_ref().map_or(0.0, |p| p.slo_seconds),
+    };
+    let sources = crate::sources::parse_all(md, common);
     let cluster = parse_cluster(md);
     Some(ScalerConfig {
         id: md.id().clone(),

@@ -84,7 +84,7 @@ pub struct DcgmConfig {
 
 impl DcgmConfig {
     /// `None` when no `dcgm*` key is present.
-    pub fn parse(md: &mut Metadata<'_>) -> Option<Self> {
+    pub fn parse(md: &mut Metadata<'_>, common: super::CommonKeys) -> Option<Self> {
         if !md.has_prefix("dcgm") {
             return None;
         }
@@ -101,7 +101,7 @@ impl DcgmConfig {
         let target = md.f64_in("dcgmUtilizationTarget", 80.0, 0.0, 100.0, true);
         let activation = md.f64_in("dcgmActivationUtilization", 0.0, 0.0, 100.0, false);
         let ignore_no_gpus = md.bool("dcgmIgnoreNoGpus", false);
-        let scrape_timeout = super::vllm::source_timeout(md).mul_f64(0.75);
+        let scrape_timeout = common.source_timeout.mul_f64(0.75);
         let headers = super::prometheus::header_pairs(md, "dcgmPrometheusCustomHeaders");
         let bearer_token = md.string("dcgmPrometheusBearerTokenFromEnv").filter(|s| !s.is_empty());
 
@@ -572,12 +572,15 @@ DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",devi
         assert!(parse_vector(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}"#).is_err());
     }
 
+    /// The DCGM source of a ScaledObject with these keys, parsed as `serve` parses it.
     fn md_parse(pairs: &[(&str, &str)]) -> Result<DcgmConfig, crate::config::ConfigErrors> {
         let id = ScalerId { namespace: "llm".into(), name: "so".into() };
         let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut md = Metadata::new(&id, &map);
-        let c = DcgmConfig::parse(&mut md);
-        md.finish(c)
+        let cfg = crate::config::parse(&id, &map)?;
+        match cfg.sources.as_slice() {
+            [crate::sources::SourceConfig::Dcgm(c)] => Ok(c.clone()),
+            other => panic!("one DCGM source expected, got {other:?}"),
+        }
     }
 
     #[test]

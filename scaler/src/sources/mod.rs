@@ -23,6 +23,16 @@ use serde::Serialize;
 
 use crate::config::Metadata;
 
+/// Keys of a ScaledObject that sources read but the general parser owns (`config`): parsed
+/// and checked once there, and handed to the source parsers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommonKeys {
+    /// `sourceTimeoutSeconds`.
+    pub source_timeout: std::time::Duration,
+    /// `sloSeconds` (the planner's): what vLLM's queue time is measured against.
+    pub slo_s: f64,
+}
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One successful read of a source.
@@ -167,7 +177,7 @@ impl SourceConfig {
 
 /// Parse every configured source (a source is configured when any key of its prefix
 /// is present); at least one is required.
-pub fn parse_all(md: &mut Metadata<'_>, slo_s: f64) -> Vec<SourceConfig> {
+pub fn parse_all(md: &mut Metadata<'_>, common: CommonKeys) -> Vec<SourceConfig> {
     let mut out = Vec::new();
     if let Some(c) = rabbitmq::RabbitmqConfig::parse(md) {
         out.push(SourceConfig::Rabbitmq(c));
@@ -181,10 +191,10 @@ pub fn parse_all(md: &mut Metadata<'_>, slo_s: f64) -> Vec<SourceConfig> {
     if let Some(c) = sqs::SqsConfig::parse(md) {
         out.push(SourceConfig::Sqs(c));
     }
-    if let Some(c) = vllm::VllmConfig::parse(md, slo_s) {
+    if let Some(c) = vllm::VllmConfig::parse(md, common) {
         out.push(SourceConfig::Vllm(c));
     }
-    if let Some(c) = dcgm::DcgmConfig::parse(md) {
+    if let Some(c) = dcgm::DcgmConfig::parse(md, common) {
         out.push(SourceConfig::Dcgm(c));
     }
     let prefixes = ["rabbitmq", "prometheus", "kafka", "sqs", "vllm", "dcgm"];

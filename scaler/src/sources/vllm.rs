@@ -90,9 +90,8 @@ pub const DEFAULT_PER_REPLICA: f64 = 16.0;
 pub const DEFAULT_PORT: u16 = 8000;
 
 impl VllmConfig {
-    /// `None` when no `vllm*` key is present. `slo_s`: the ScaledObject's `sloSeconds`, as
-    /// the planner's keys parsed it.
-    pub fn parse(md: &mut Metadata<'_>, slo_s: f64) -> Option<Self> {
+    /// `None` when no `vllm*` key is present.
+    pub fn parse(md: &mut Metadata<'_>, common: super::CommonKeys) -> Option<Self> {
         if !md.has_prefix("vllm") {
             return None;
         }
@@ -116,7 +115,7 @@ impl VllmConfig {
             },
         };
         let activation_value = md.f64_in("vllmActivationValue", 0.0, 0.0, f64::MAX, false);
-        let scrape_timeout = source_timeout(md).mul_f64(0.75);
+        let scrape_timeout = common.source_timeout.mul_f64(0.75);
 
         let port = match port_raw.as_deref() {
             None => Some(PortRef::Number(DEFAULT_PORT)),
@@ -170,7 +169,7 @@ impl VllmConfig {
             per_replica: per_replica?,
             kv_cache_target: kv_cache_target?,
             activation_value: activation_value?,
-            slo_s,
+            slo_s: common.slo_s,
             scrape_timeout,
         })
     }
@@ -197,17 +196,6 @@ impl VllmConfig {
             self.model, self.per_replica, self.kv_cache_target, self.activation_value, self.slo_s, self.scrape_timeout
         )
     }
-}
-
-/// `sourceTimeoutSeconds` as the general parser reads it (errors are reported there).
-pub(crate) fn source_timeout(md: &mut Metadata<'_>) -> Duration {
-    let secs = md
-        .string("sourceTimeoutSeconds")
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(2.0)
-        .min(3600.0);
-    Duration::from_secs_f64(secs)
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -681,12 +669,15 @@ mod tests {
         pod_stats(&exposition::parse(text).unwrap(), model, 5.0)
     }
 
+    /// The vLLM source of a ScaledObject with these keys, parsed as `serve` parses it.
     fn md_parse(pairs: &[(&str, &str)]) -> Result<VllmConfig, crate::config::ConfigErrors> {
         let id = ScalerId { namespace: "llm".into(), name: "so".into() };
         let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut md = Metadata::new(&id, &map);
-        let c = VllmConfig::parse(&mut md, 5.0);
-        md.finish(c)
+        let cfg = crate::config::parse(&id, &map)?;
+        match cfg.sources.as_slice() {
+            [crate::sources::SourceConfig::Vllm(c)] => Ok(c.clone()),
+            other => panic!("one vLLM source expected, got {other:?}"),
+        }
     }
 
     fn cfg(kv: Option<f64>) -> VllmConfig {
@@ -837,17 +828,8 @@ mod tests {
 
     #[test]
     fn the_slo_is_the_planners_slo_seconds_and_splits_the_poll() {
-        let id = ScalerId { namespace: "llm".into(), name: "so".into() };
-        let vllm = |pairs: &[(&str, &str)]| {
-            let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let cfg = crate::config::parse(&id, &map).unwrap();
-            match cfg.sources.as_slice() {
-                [crate::sources::SourceConfig::Vllm(v)] => v.clone(),
-                other => panic!("one vLLM source expected, got {other:?}"),
-            }
-        };
-        let a = vllm(&[("vllmService", "s")]);
-        let b = vllm(&[("vllmService", "s"), ("sloSeconds", "10")]);
+        let a = md_parse(&[("vllmService", "s")]).unwrap();
+        let b = md_parse(&[("vllmService", "s"), ("sloSeconds", "10")]).unwrap();
         assert_eq!((a.slo_s, b.slo_s), (5.0, 10.0));
         assert_ne!(a.poll_key(), b.poll_key(), "ScaledObjects with other SLOs share no poll");
     }
