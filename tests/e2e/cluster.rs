@@ -27,10 +27,12 @@ struct State {
     log: Vec<(u64, String, String, &'static str, Value)>,
     /// "METHOD path" of every write.
     writes: Vec<String>,
+    /// "path?labelSelector" of every LIST (a collection GET that is not a watch).
+    lists: Vec<String>,
 }
 
 #[derive(Clone)]
-struct FakeApi {
+pub(crate) struct FakeApi {
     state: Arc<Mutex<State>>,
     notify: Arc<tokio::sync::watch::Sender<u64>>,
     port: u16,
@@ -110,7 +112,7 @@ fn parse_path(path: &str) -> Option<(String, Option<String>, Option<String>)> {
 }
 
 impl FakeApi {
-    async fn start() -> FakeApi {
+    pub(crate) async fn start() -> FakeApi {
         let (tx, _) = tokio::sync::watch::channel(0u64);
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
@@ -126,12 +128,12 @@ impl FakeApi {
         api
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// Store (create or replace) an object, as a controller would, emitting its watch event.
-    fn put(&self, collection: &str, mut obj: Value) {
+    pub(crate) fn put(&self, collection: &str, mut obj: Value) {
         let mut s = self.state.lock().unwrap();
         s.rv += 1;
         let rv = s.rv;
@@ -154,7 +156,7 @@ impl FakeApi {
         self.notify.send_replace(rv);
     }
 
-    fn remove(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+    pub(crate) fn remove(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
         let mut s = self.state.lock().unwrap();
         let obj = s.objects.get_mut(collection)?.remove(&(ns.to_string(), name.to_string()))?;
         s.rv += 1;
@@ -188,6 +190,11 @@ impl FakeApi {
         self.state.lock().unwrap().writes.clone()
     }
 
+    /// The LISTs served so far, as "path?labelSelector".
+    pub(crate) fn lists(&self) -> Vec<String> {
+        self.state.lock().unwrap().lists.clone()
+    }
+
     async fn handle(&self, method: Method, uri: Uri, body: Bytes) -> Response {
         let path = uri.path().to_string();
         let q: BTreeMap<String, String> =
@@ -212,6 +219,8 @@ impl FakeApi {
                 self.watch(coll, ns, q.get("labelSelector").cloned().unwrap_or_default(), from, timeout)
             }
             (Method::GET, None) => {
+                let sel = q.get("labelSelector").cloned().unwrap_or_default();
+                self.state.lock().unwrap().lists.push(format!("{path}?{sel}"));
                 let items = self.list(&coll, ns.as_deref(), q.get("labelSelector").map(String::as_str).unwrap_or(""));
                 let rv = self.state.lock().unwrap().rv;
                 let (av, kind) = kind_of(&coll);
@@ -345,7 +354,7 @@ const SCALEDOBJECTS: &str = "apis/keda.sh/v1alpha1/scaledobjects";
 const NODEPOOLS: &str = "apis/karpenter.sh/v1/nodepools";
 const NODECLAIMS: &str = "apis/karpenter.sh/v1/nodeclaims";
 const LEASES: &str = "apis/coordination.k8s.io/v1/leases";
-const ENDPOINTSLICES: &str = "apis/discovery.k8s.io/v1/endpointslices";
+pub(crate) const ENDPOINTSLICES: &str = "apis/discovery.k8s.io/v1/endpointslices";
 
 fn h100_node(name: &str, created: &str, ready: &str, mig_3g: u32) -> Value {
     json!({

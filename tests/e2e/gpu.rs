@@ -502,6 +502,18 @@ fn kubeconfig(server: &str) -> std::path::PathBuf {
     path
 }
 
+/// A ScaledObject in `llm` reading the Service `llama`'s pods, answering reactively each second.
+fn llama_service(name: &str) -> prescale::proto::ScaledObjectRef {
+    let md = [
+        ("vllmService", "llama"),
+        ("vllmPort", "http"),
+        ("vllmModel", MODEL),
+        ("sampleSeconds", "1"),
+        ("mode", "reactive"),
+    ];
+    sref("llm", name, &md)
+}
+
 #[tokio::test]
 async fn vllm_service_endpoints_from_the_kubernetes_api() {
     let pod_a = Exporter::start(0, &vllm_page(8.0, 6.0, 0.765, 131.0)).await;
@@ -511,17 +523,7 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
     let srv = Server::start_with_env(&[], &[("KUBECONFIG", cfg.to_str().unwrap())]);
     let c = srv.client().await;
     let name = unique("svc");
-    let so = sref(
-        "llm",
-        &name,
-        &[
-            ("vllmService", "llama"),
-            ("vllmPort", "http"),
-            ("vllmModel", MODEL),
-            ("sampleSeconds", "1"),
-            ("mode", "reactive"),
-        ],
-    );
+    let so = llama_service(&name);
     // Two ready pods: 44 / 16 (the default vllmPerReplica) → 3; llama-2 is not ready.
     wait_metric(&c, &so, 3, 20).await;
     let d = detail(&srv, "llm", &name).await.expect("detail");
@@ -560,6 +562,59 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
         .await;
         assert_eq!(err.code(), tonic::Code::Unavailable);
     }
+}
+
+#[tokio::test]
+async fn vllm_service_pods_follow_an_endpointslice_watch_not_a_list_per_poll() {
+    use crate::cluster::{FakeApi, ENDPOINTSLICES};
+    let pod_a = Exporter::start(0, &vllm_page(8.0, 6.0, 0.765, 131.0)).await;
+    let pod_b = Exporter::start(0, &vllm_page(20.0, 10.0, 0.4, 50.0)).await;
+    let pod_c = Exporter::start(0, &vllm_page(30.0, 10.0, 0.4, 50.0)).await;
+    let api = FakeApi::start().await;
+    let ready = |pod: &str| serde_json::json!([endpoint("llm", pod, "127.0.0.1", true)]);
+    api.put(ENDPOINTSLICES, slice("llm", "llama", "7x2kq", pod_a.port, ready("llama-0")));
+    api.put(ENDPOINTSLICES, slice("llm", "llama", "9vbnm", pod_b.port, ready("llama-1")));
+    // Another Service's slice in the same namespace: never scraped.
+    api.put(ENDPOINTSLICES, slice("llm", "mistral", "q4r5s", pod_c.port, ready("mistral-0")));
+    let cfg = kubeconfig(&api.url());
+    let srv = Server::start_with_env(&[], &[("KUBECONFIG", cfg.to_str().unwrap())]);
+    let c = srv.client().await;
+    let name = unique("watched");
+    let so = llama_service(&name);
+    // 14 + 30 requests at the two pods, 16 per replica (the default) → 3.
+    wait_metric(&c, &so, 3, 20).await;
+    eventually(15, "pods read from the EndpointSlice watch", || {
+        let srv = &srv;
+        let name = name.clone();
+        async move { detail(srv, "llm", &name).await.filter(|d| num(d, "slices_from_watch") == Some(1.0)) }
+    })
+    .await;
+    // (serve's cluster features list pods, nodes and the rest of their own.)
+    let slice_lists = || -> Vec<String> { api.lists().into_iter().filter(|l| l.contains("endpointslices")).collect() };
+    let lists = slice_lists();
+    assert!(!lists.is_empty() && lists.iter().all(|l| l.ends_with("?kubernetes.io/service-name=llama")), "{lists:?}");
+    // Polls go on (each scrapes pod A) without another LIST: the watch holds the slices.
+    let hits = pod_a.hits.load(Ordering::Relaxed);
+    eventually(20, "three more polls", || {
+        let h = pod_a.hits.load(Ordering::Relaxed);
+        async move { (h >= hits + 3).then_some(()) }
+    })
+    .await;
+    assert_eq!(slice_lists(), lists, "a poll listed the EndpointSlices although the watch was synced");
+    assert_eq!(pod_c.hits.load(Ordering::Relaxed), 0, "another Service's pod was scraped");
+
+    // A third pod becomes ready (a new slice of the Service): followed from the watch event.
+    api.put(ENDPOINTSLICES, slice("llm", "llama", "c3p0x", pod_c.port, ready("llama-2")));
+    wait_metric(&c, &so, 6, 20).await; // (44 + 40) / 16 = 5.25
+                                       // The first pod's slice is deleted (scale-in): it stops counting at once.
+    assert!(api.remove(ENDPOINTSLICES, "llm", "llama-7x2kq").is_some());
+    wait_metric(&c, &so, 5, 20).await; // (30 + 40) / 16 = 4.375
+    let d = detail(&srv, "llm", &name).await.expect("detail");
+    assert_eq!((num(&d, "pods_up"), num(&d, "slices_from_watch")), (Some(2.0), Some(1.0)), "{d}");
+    assert_eq!(slice_lists(), lists, "the changes came from a LIST, not the watch");
+    let (_, m) = srv.get("/metrics").await;
+    assert!(m.lines().any(|l| l == r#"prescale_source_connections{kind="endpointslice_watch"} 1"#), "{m}");
+    let _ = std::fs::remove_file(&cfg);
 }
 
 #[tokio::test]

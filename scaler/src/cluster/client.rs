@@ -97,7 +97,7 @@ fn record<K>(health: &HealthMap, what: &'static str, ev: &Result<watcher::Event<
     }
 }
 
-fn spawn_watch<K>(
+pub(crate) fn spawn_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
@@ -123,7 +123,7 @@ where
 }
 
 /// What no reader needs from any watched object: server-side apply bookkeeping.
-fn strip_managed_fields<K: kube::Resource>(o: &mut K) {
+pub(crate) fn strip_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 

@@ -106,14 +106,8 @@ pub async fn discover(
     port: &PortRef,
     timeout: Duration,
 ) -> Result<Vec<String>, String> {
-    let api: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
-        kube::Api::namespaced(client.clone(), namespace);
-    let lp = kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let list = tokio::time::timeout(timeout, api.list(&lp))
-        .await
-        .map_err(|_| format!("listing EndpointSlices of service {namespace}/{service}: Kubernetes API timed out"))?
-        .map_err(|e| format!("listing EndpointSlices of service {namespace}/{service}: {e}"))?;
-    Ok(slice_bases(&list.items, port))
+    let slices = crate::sources::slices::list(client.clone(), namespace, service, timeout).await?;
+    Ok(slice_bases(&slices, port))
 }
 
 /// One replica's report.

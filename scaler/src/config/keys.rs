@@ -101,7 +101,7 @@ pub const KEYS: &[KeyDoc] = &[
     // (vllm and dcgm keys follow)
     // vllm
     k("vllmEndpoints", "vllm", "—", "Comma-separated vLLM pod URLs or host:port (`/metrics` appended unless a path is given). Exactly one of vllmEndpoints / vllmService.", "10.0.0.5:8000,10.0.0.6:8000"),
-    k("vllmService", "vllm", "—", "A Service in the ScaledObject's namespace: its ready EndpointSlice endpoints are scraped (needs list on `discovery.k8s.io` endpointslices).", "llama3-70b"),
+    k("vllmService", "vllm", "—", "A Service in the ScaledObject's namespace: its ready EndpointSlice endpoints are scraped, followed by one watch per Service (needs list and watch on `discovery.k8s.io` endpointslices; without watch every poll lists them).", "llama3-70b"),
     k("vllmPort", "vllm", "8000", "With vllmService: the pod port number, or the name of a port of the EndpointSlices.", "http"),
     k("vllmModel", "vllm", "—", "Only series whose `model_name` is this (the served model name).", "meta-llama/Llama-3.1-8B-Instruct"),
     k("vllmPerReplica", "vllm", "16", "Waiting + running requests one replica should carry; demand = Σ pods (waiting + running) / this.", "16"),

@@ -388,6 +388,9 @@ impl Engine {
             .get_or_create(&vec![("kind", "amqp".to_string())])
             .set(self.inner.shared.amqp.open_connections() as i64);
         m.connections.get_or_create(&vec![("kind", "kafka".to_string())]).set(self.inner.shared.kafka.clients() as i64);
+        m.connections
+            .get_or_create(&vec![("kind", "endpointslice_watch".to_string())])
+            .set(self.inner.shared.slices.running() as i64);
     }
 
     /// Every tracked ScaledObject: config, signals, plan, reason.

@@ -11,6 +11,7 @@ pub mod exposition;
 pub mod kafka;
 pub mod prometheus;
 pub mod rabbitmq;
+pub mod slices;
 pub mod sqs;
 pub mod vllm;
 
@@ -217,6 +218,8 @@ pub struct Shared {
     pub sqs: Arc<sqs::SqsPool>,
     /// The Kubernetes client (vllmService), created on first use.
     pub kube: Arc<vllm::KubeClient>,
+    /// The EndpointSlice watches of `vllmService` Services, one per Service.
+    pub slices: Arc<slices::SliceWatches>,
 }
 
 impl Shared {
@@ -232,6 +235,7 @@ impl Shared {
             kafka: Arc::new(kafka::KafkaPool::default()),
             sqs: Arc::new(sqs::SqsPool::default()),
             kube: Arc::new(vllm::KubeClient::default()),
+            slices: Arc::new(slices::SliceWatches::default()),
         }
     }
 }

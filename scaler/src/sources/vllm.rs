@@ -2,8 +2,10 @@
 //! parsed with `prometheus-parse`; see `exposition.rs` for the colon workaround).
 //!
 //! - Pods: `vllmEndpoints` (URLs or host:port, scraped as given) or `vllmService` (the
-//!   ready endpoints of the Service's EndpointSlices in the ScaledObject's namespace, read
-//!   through the Kubernetes API with one lazily created, process-wide `kube::Client`).
+//!   ready endpoints of the Service's EndpointSlices in the ScaledObject's namespace, kept
+//!   by one watch per Service (`slices.rs`) through one lazily created, process-wide
+//!   `kube::Client`, and listed directly while that watch has not listed yet or is failing;
+//!   `detail["slices_from_watch"]` says which).
 //! - Value: `waiting + running` summed over pods and engines (`vllm:num_requests_waiting`,
 //!   `vllm:num_requests_running`), compared with `vllmPerReplica`. With
 //!   `vllmKvCacheTarget`, the KV-cache signal `Σ_pods usage / target` (= mean usage × pods
@@ -29,12 +31,13 @@
 //!   fleet is at zero) reads 0 pods and 0 requests: the API positively said so.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::exposition::{self, Series};
+use super::slices::{error_chain, list, SliceWatch, SliceWatches};
 use super::{BoxFuture, Reading, Shared, Source, SourceError};
 use crate::config::Metadata;
 use crate::redact::redact_url;
@@ -232,21 +235,6 @@ impl KubeClient {
             .await
             .cloned()
     }
-}
-
-/// An error and its causes, `: `-separated (kube's top-level messages are terse).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let m = s.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        src = s.source();
-    }
-    out
 }
 
 /// What one pod's page says.
@@ -470,6 +458,9 @@ pub struct VllmSource {
     cfg: VllmConfig,
     http: reqwest::Client,
     kube: Arc<KubeClient>,
+    slices: Arc<SliceWatches>,
+    /// `vllmService`: the Service's EndpointSlice watch, started at the first poll.
+    watch: OnceLock<Arc<SliceWatch>>,
     rates: Mutex<RateTracker>,
     queue: Mutex<QueueTracker>,
 }
@@ -480,40 +471,44 @@ impl VllmSource {
             cfg,
             http: shared.http.clone(),
             kube: shared.kube.clone(),
+            slices: shared.slices.clone(),
+            watch: OnceLock::new(),
             rates: Mutex::new(RateTracker::default()),
             queue: Mutex::new(QueueTracker::default()),
         }
     }
 
-    /// The scrape URLs of the pods this poll.
-    async fn discover(&self) -> Result<Vec<String>, SourceError> {
+    /// The scrape URLs of the pods this poll, and for `vllmService` whether the Service's
+    /// EndpointSlice watch gave them (else they were listed).
+    async fn discover(&self) -> Result<(Vec<String>, Option<bool>), SourceError> {
         match &self.cfg.pods {
-            Pods::Endpoints { urls, .. } => Ok(urls.clone()),
+            Pods::Endpoints { urls, .. } => Ok((urls.clone(), None)),
             Pods::Service { namespace, name, port } => {
                 let client = self.kube.get().await?;
-                let api: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
-                    kube::Api::namespaced(client, namespace);
-                let lp = kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
-                let list = tokio::time::timeout(self.cfg.scrape_timeout, api.list(&lp))
-                    .await
-                    .map_err(|_| {
-                        SourceError::Connect(format!(
-                            "listing EndpointSlices of service {namespace}/{name}: Kubernetes API timed out"
-                        ))
-                    })?
-                    .map_err(|e| {
-                        SourceError::connect(format!(
-                            "listing EndpointSlices of service {namespace}/{name}: {}",
-                            error_chain(&e)
-                        ))
-                    })?;
-                Ok(slice_urls(&list.items, port))
+                let watch = self.watch.get_or_init(|| self.slices.watch(&client, namespace, name));
+                match watch.slices() {
+                    Ok(slices) => return Ok((slice_urls(slices.iter().map(AsRef::as_ref), port), Some(true))),
+                    Err(why) => {
+                        tracing::debug!(service = %format!("{namespace}/{name}"), %why, "listing EndpointSlices")
+                    }
+                }
+                let slices =
+                    list(client, namespace, name, self.cfg.scrape_timeout).await.map_err(SourceError::connect)?;
+                Ok((slice_urls(&slices, port), Some(false)))
             }
         }
     }
 
     async fn read_all(&self) -> Result<Reading, SourceError> {
-        let urls = self.discover().await?;
+        let (urls, from_watch) = self.discover().await?;
+        let mut reading = self.read_pods(&urls).await?;
+        if let Some(w) = from_watch {
+            reading.detail.insert("slices_from_watch", if w { 1.0 } else { 0.0 });
+        }
+        Ok(reading)
+    }
+
+    async fn read_pods(&self, urls: &[String]) -> Result<Reading, SourceError> {
         if urls.is_empty() {
             return match &self.cfg.pods {
                 // The API answered and the Service has no ready pod: the fleet is at zero
@@ -574,13 +569,19 @@ impl VllmSource {
 }
 
 /// Scrape URLs of the ready endpoints of these slices (see [`slice_bases`]).
-pub fn slice_urls(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], port: &PortRef) -> Vec<String> {
+pub fn slice_urls<'a>(
+    slices: impl IntoIterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice>,
+    port: &PortRef,
+) -> Vec<String> {
     slice_bases(slices, port).into_iter().map(|b| format!("{b}/metrics")).collect()
 }
 
 /// `http://host:port` of the ready endpoints of these slices. An endpoint listed in several
 /// slices (dual-stack: one IPv4 and one IPv6 slice) is listed once, preferring IPv4.
-pub fn slice_bases(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice], port: &PortRef) -> Vec<String> {
+pub fn slice_bases<'a>(
+    slices: impl IntoIterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice>,
+    port: &PortRef,
+) -> Vec<String> {
     let mut by_pod: BTreeMap<String, (bool, String)> = BTreeMap::new();
     for sl in slices {
         let ty = sl.address_type.as_str();

@@ -1,0 +1,162 @@
+//! `vllmService` pod discovery: one EndpointSlice watch per Service (list, then watch from
+//! its resourceVersion, through `kube::runtime` as the cluster's own watches), shared by every
+//! vLLM poll of that Service and stopped when the last of them is dropped.
+//!
+//! Listing the slices on every poll put one LIST per Service per tick on the API server
+//! (300 ScaledObjects at the default 5-s tick: 60 LISTs a second, which API Priority and
+//! Fairness throttles for every other client of the cluster). The watch costs one long-lived
+//! request per Service. While it has not listed yet, or its last event was an error (no
+//! `watch` permission, a broken connection), the poll lists the slices itself as before, so a
+//! watch that fails never serves an old pod set as the current one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use tokio::task::JoinHandle;
+
+use crate::cluster::client::{spawn_watch, strip_managed_fields, HealthMap};
+
+const WHAT: &str = "EndpointSlice";
+
+/// The label the EndpointSlice controller puts on every slice of a Service.
+pub fn service_selector(service: &str) -> String {
+    format!("kubernetes.io/service-name={service}")
+}
+
+/// One LIST of the Service's slices within `timeout` (a poll whose watch cannot answer, and
+/// the Lease holder's look at its own replicas). The error names the Service and the cause.
+pub async fn list(
+    client: kube::Client,
+    namespace: &str,
+    service: &str,
+    timeout: Duration,
+) -> Result<Vec<EndpointSlice>, String> {
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, namespace);
+    let lp = kube::api::ListParams::default().labels(&service_selector(service));
+    let what = format!("listing EndpointSlices of service {namespace}/{service}");
+    match tokio::time::timeout(timeout, api.list(&lp)).await {
+        Err(_) => Err(format!("{what}: Kubernetes API timed out")),
+        Ok(Err(e)) => Err(format!("{what}: {}", error_chain(&e))),
+        Ok(Ok(list)) => Ok(list.items),
+    }
+}
+
+/// An error and its causes, `: `-separated (kube's top-level messages are terse).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let m = s.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        src = s.source();
+    }
+    out
+}
+
+/// The watches running, one per (namespace, Service), held by the polls that use them.
+#[derive(Default)]
+pub struct SliceWatches {
+    map: Mutex<HashMap<(String, String), Weak<SliceWatch>>>,
+}
+
+impl SliceWatches {
+    /// The watch of `namespace/service`, started if no poll holds one. Must be called
+    /// inside the tokio runtime.
+    pub fn watch(&self, client: &kube::Client, namespace: &str, service: &str) -> Arc<SliceWatch> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        let key = (namespace.to_string(), service.to_string());
+        if let Some(w) = map.get(&key).and_then(Weak::upgrade) {
+            return w;
+        }
+        let w = Arc::new(SliceWatch::start(client.clone(), namespace, service));
+        map.insert(key, Arc::downgrade(&w));
+        w
+    }
+
+    /// How many watches are running.
+    pub fn running(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
+    }
+}
+
+/// One Service's EndpointSlices as a watch keeps them.
+pub struct SliceWatch {
+    store: Store<EndpointSlice>,
+    health: HealthMap,
+    task: JoinHandle<()>,
+}
+
+impl SliceWatch {
+    fn start(client: kube::Client, namespace: &str, service: &str) -> Self {
+        let (store, writer) = reflector::store();
+        let health = HealthMap::default();
+        let api = kube::Api::namespaced(client, namespace);
+        let cfg = watcher::Config::default().labels(&service_selector(service));
+        let task = spawn_watch(api, cfg, writer, health.clone(), WHAT, strip_managed_fields);
+        Self { store, health, task }
+    }
+
+    /// The Service's slices, or why the watch cannot give them now (not listed yet, or its
+    /// last event was an error).
+    pub fn slices(&self) -> Result<Vec<Arc<EndpointSlice>>, String> {
+        let h = self.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default();
+        match h.why_not(WHAT) {
+            Some(why) => Err(why),
+            None => Ok(self.store.state()),
+        }
+    }
+}
+
+impl Drop for SliceWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client for an API that never answers (port 9 is discard; nothing listens on it here).
+    fn unreachable_client() -> kube::Client {
+        let cfg = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(cfg).unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_watch_per_service_shared_by_its_polls_and_stopped_with_the_last() {
+        let client = unreachable_client();
+        let watches = SliceWatches::default();
+        let a1 = watches.watch(&client, "llm", "llama");
+        let a2 = watches.watch(&client, "llm", "llama");
+        assert!(Arc::ptr_eq(&a1, &a2));
+        let b = watches.watch(&client, "other", "llama");
+        assert!(!Arc::ptr_eq(&a1, &b), "same name in another namespace is another Service");
+        assert_eq!(watches.running(), 2);
+        drop(a1);
+        assert_eq!(watches.running(), 2, "a poll still holds it");
+        drop(a2);
+        assert_eq!(watches.running(), 1);
+        let a3 = watches.watch(&client, "llm", "llama");
+        assert_eq!(watches.running(), 2);
+        // Nothing listed from an API that does not answer: the caller is told to list itself,
+        // never handed an empty pod set as if the Service had no ready pod.
+        let why = a3.slices().unwrap_err();
+        assert!(why.contains("EndpointSlice"), "{why}");
+        drop((a3, b));
+        assert_eq!(watches.running(), 0);
+    }
+
+    #[test]
+    fn the_selector_is_the_endpointslice_controllers_service_label() {
+        assert_eq!(service_selector("llama3-70b"), "kubernetes.io/service-name=llama3-70b");
+    }
+}
