@@ -90,6 +90,8 @@ ALL_FEATURES = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "metricRelabelings": [{"action": "drop", "regex": "go_.*", "sourceLabels": ["__name__"]}]},
     "history": {"prometheus": "http://prometheus-operated.monitoring:9090", "lookback": "7d"},
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
+                       "alertLabels": {"team": "ml-platform"}, "lateShare": 0.1},
     "podAnnotations": {"x": "y"},
     "podLabels": {"tier": "control"},
     "priorityClassName": "system-cluster-critical",
@@ -199,9 +201,24 @@ def check_crd_kind(sc, d):
         if not spec.get("selector", {}).get("matchLabels"):
             problem(sc, "ServiceMonitor: empty selector")
         for ep in spec.get("endpoints", []):
-            allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+            allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "honorLabels", "relabelings", "metricRelabelings"}
             if set(ep) - allowed:
                 problem(sc, f"ServiceMonitor endpoint: unknown fields {set(ep) - allowed}")
+            if not isinstance(ep.get("honorLabels"), bool):
+                problem(sc, "ServiceMonitor endpoint: honorLabels must render as a boolean")
+    elif d["apiVersion"] == "monitoring.coreos.com/v1" and kind == "PrometheusRule":
+        if not spec.get("groups"):
+            problem(sc, "PrometheusRule: no groups")
+        for g in spec.get("groups") or []:
+            for r in g.get("rules") or []:
+                if set(r) - {"alert", "expr", "for", "labels", "annotations"}:
+                    problem(sc, f"PrometheusRule {r.get('alert')}: unknown fields {set(r) - {'alert', 'expr', 'for', 'labels', 'annotations'}}")
+                if not r.get("alert") or not r.get("expr"):
+                    problem(sc, f"PrometheusRule: a rule without alert or expr: {r}")
+                if (r.get("labels") or {}).get("severity") not in ("critical", "warning"):
+                    problem(sc, f"PrometheusRule {r.get('alert')}: severity must be critical or warning")
+                if not {"summary", "description"} <= set(r.get("annotations") or {}):
+                    problem(sc, f"PrometheusRule {r.get('alert')}: summary and description annotations needed")
     else:
         problem(sc, f"no schema and no structural check for {d['apiVersion']} {kind}")
 
@@ -540,6 +557,55 @@ def check_values_documented(defaults):
         problem("README", f"README documents {row}, which values.yaml does not have")
 
 
+# ---------------------------------------------------------------------------- alerts
+ALERT_TESTS = "tests/alerts/prescale.test.yaml"
+
+
+def check_alerts(chart):
+    """The PrometheusRule's rules pass `promtool check rules` and the unit tests in
+    ALERT_TESTS (`promtool test rules`). (That they name only metrics prescale exports is a
+    unit test of `scaler/src/metrics.rs`.)"""
+    import shutil
+    import tempfile
+
+    if shutil.which("promtool") is None:
+        problem("alerts", "promtool not found (scripts/services.sh installs Debian's prometheus, which has it)")
+        return
+    docs, _ = render(chart, {"prometheusRule": {"enabled": True}})
+    rules = [d for _, d in docs if d["kind"] == "PrometheusRule"]
+    if len(rules) != 1:
+        problem("alerts", f"expected one PrometheusRule, rendered {len(rules)}")
+        return
+    groups = rules[0]["spec"]["groups"]
+    described = {r["alert"]: r["annotations"]["description"] for g in groups for r in g["rules"]}
+    with open(ALERT_TESTS) as f:
+        tests = yaml.safe_load(f)
+    for t in tests["tests"]:
+        for case in t["alert_rule_test"]:
+            if case["alertname"] not in described:
+                problem("alerts", f"{ALERT_TESTS} tests {case['alertname']}, which the chart does not define")
+                continue
+            for a in case.get("exp_alerts") or []:
+                a.setdefault("exp_annotations", {})["description"] = described[case["alertname"]]
+    tested = {c["alertname"] for t in tests["tests"] for c in t["alert_rule_test"] if c.get("exp_alerts")}
+    for name in sorted(set(described) - tested):
+        problem("alerts", f"{name} has no test in {ALERT_TESTS} that makes it fire")
+    with tempfile.TemporaryDirectory() as tmp:
+        rules_path = os.path.join(tmp, "rules.yaml")
+        with open(rules_path, "w") as f:
+            yaml.safe_dump({"groups": groups}, f, sort_keys=False)
+        tests["rule_files"] = [rules_path]
+        tests_path = os.path.join(tmp, "tests.yaml")
+        with open(tests_path, "w") as f:
+            yaml.safe_dump(tests, f, sort_keys=False)
+        for args in (["check", "rules", rules_path], ["test", "rules", tests_path]):
+            out = subprocess.run(["promtool", *args], text=True, capture_output=True)
+            if out.returncode != 0:
+                problem("alerts", f"promtool {' '.join(args[:2])}:\n{out.stdout}{out.stderr}")
+    print(f"check-chart: alerts: {len(described)} rules, promtool check and test rules "
+          f"({sum(len(t['alert_rule_test']) for t in tests['tests'])} cases)")
+
+
 # ---------------------------------------------------------------------------- run
 def main():
     check_serve_flags()
@@ -555,6 +621,7 @@ def main():
     with helm.Chart.load(CHART) as chart:
         defaults = chart.values
         check_values_documented(defaults)
+        check_alerts(chart)
         for sc, over in SCENARIOS.items():
             merged = deep_merge(defaults, over)
             try:

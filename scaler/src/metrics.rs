@@ -159,3 +159,65 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every sample name `/metrics` can carry (a family is encoded once it has a child), and
+    /// each histogram's family name.
+    fn every_name() -> BTreeSet<String> {
+        let m = Metrics::new();
+        let l: Labels = vec![("k", "v".into())];
+        for f in [&m.grpc_requests, &m.source_polls, &m.source_errors] {
+            f.get_or_create(&l).inc();
+        }
+        for f in [&m.grpc_latency, &m.source_latency] {
+            f.get_or_create(&l).observe(1.0);
+        }
+        for f in [&m.demand, &m.observed_demand, &m.queue_late_share, &m.warmup_seconds] {
+            f.get_or_create(&l).set(1.0);
+        }
+        for f in
+            [&m.planned, &m.connections, &m.warmup_samples, &m.gpu_free, &m.fit_replicas, &m.headroom_pods, &m.peers]
+        {
+            f.get_or_create(&l).set(1);
+        }
+        let samples: BTreeSet<String> = m
+            .render()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_string())
+            .collect();
+        // A histogram is also named by its family (`…_seconds` for `…_seconds_bucket`).
+        let families = samples.iter().filter_map(|n| n.strip_suffix("_bucket")).map(String::from).collect::<Vec<_>>();
+        samples.into_iter().chain(families).collect()
+    }
+
+    /// The `prescale_*` words of a text (metric names, and anything else so spelt).
+    fn prescale_words(text: &str) -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("prescale_") && w.len() > "prescale_".len())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn the_alerts_and_docs_name_only_metrics_that_are_exported() {
+        let names = every_name();
+        assert!(names.contains("prescale_source_polls_total") && names.contains("prescale_leader"), "{names:?}");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        for path in [
+            "deploy/helm/prescale/templates/prometheusrule.yaml",
+            "tests/alerts/prescale.test.yaml",
+            "deploy/helm/prescale/README.md",
+            "README.md",
+        ] {
+            let text = std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+            let words = prescale_words(&text);
+            let unknown: Vec<_> = words.iter().filter(|w| !names.contains(*w)).collect();
+            assert!(unknown.is_empty(), "{path} names metrics prescale does not export: {unknown:?}");
+        }
+    }
+}

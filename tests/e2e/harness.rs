@@ -298,18 +298,26 @@ impl BackfilledPrometheus {
     /// Backfill `openmetrics` (ending in `# EOF`) and serve it; ready once `ready_query`
     /// (an instant query) returns one series.
     pub async fn start(openmetrics: &str, ready_query: &str) -> BackfilledPrometheus {
+        Self::start_with(Some(openmetrics), "global:\n  scrape_interval: 1m\n", ready_query).await
+    }
+
+    /// A Prometheus with this configuration file (scrape jobs), backfilled first when
+    /// `openmetrics` is given; ready once `ready_query` returns one series.
+    pub async fn start_with(openmetrics: Option<&str>, config: &str, ready_query: &str) -> BackfilledPrometheus {
         let dir = std::env::temp_dir().join(unique("prescale-backfill"));
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        std::fs::write(dir.join("history.om"), openmetrics).unwrap();
-        let st = Command::new("promtool")
-            .args(["tsdb", "create-blocks-from", "openmetrics"])
-            .arg(dir.join("history.om"))
-            .arg(dir.join("data"))
-            .output()
-            .expect("promtool");
-        assert!(st.status.success(), "promtool: {}", String::from_utf8_lossy(&st.stderr));
+        if let Some(om) = openmetrics {
+            std::fs::write(dir.join("history.om"), om).unwrap();
+            let st = Command::new("promtool")
+                .args(["tsdb", "create-blocks-from", "openmetrics"])
+                .arg(dir.join("history.om"))
+                .arg(dir.join("data"))
+                .output()
+                .expect("promtool");
+            assert!(st.status.success(), "promtool: {}", String::from_utf8_lossy(&st.stderr));
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        std::fs::write(dir.join("prometheus.yml"), "global:\n  scrape_interval: 1m\n").unwrap();
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))

@@ -21,26 +21,29 @@ fn level(t: i64) -> f64 {
 /// the last 09:00 or 17:00 UTC at least 3 h before the end (as when every replica was down
 /// then). Returns the exposition and the time of that change.
 fn history(ns: &str, name: &str) -> (String, i64) {
+    let (series, change) = history_series(&format!("namespace=\"{ns}\",scaledobject=\"{name}\""), level);
+    (format!("{OM_HEAD}{series}# EOF\n"), change)
+}
+
+const OM_HEAD: &str =
+    "# HELP prescale_observed_demand_replicas Demand.\n# TYPE prescale_observed_demand_replicas gauge\n";
+
+/// The samples of [`history`] for one series (its labels inside the braces), at `level`.
+fn history_series(labels: &str, level: fn(i64) -> f64) -> (String, i64) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let end = (now - 2 * 3600) / 60 * 60;
     let change = (0..DAY / 60)
         .map(|k| (end - 3 * 3600) / 60 * 60 - k * 60)
-        .find(|t| level(*t) != level(t - 60))
+        .find(|t| self::level(*t) != self::level(t - 60))
         .expect("a change every day");
-    let mut om = String::from(
-        "# HELP prescale_observed_demand_replicas Demand.\n# TYPE prescale_observed_demand_replicas gauge\n",
-    );
+    let mut om = String::new();
     let mut t = end - 2 * DAY;
     while t <= end {
         if !(change - 2 * 3600..change + 2 * 3600).contains(&t) {
-            om.push_str(&format!(
-                "prescale_observed_demand_replicas{{namespace=\"{ns}\",scaledobject=\"{name}\"}} {} {t}\n",
-                level(t)
-            ));
+            om.push_str(&format!("prescale_observed_demand_replicas{{{labels}}} {} {t}\n", level(t)));
         }
         t += 60;
     }
-    om.push_str("# EOF\n");
     (om, change)
 }
 
@@ -64,6 +67,32 @@ fn peak_points(d: &serde_json::Value) -> usize {
         .count()
 }
 
+/// The live signal: a constant 2 replica-equivalents, from the same Prometheus.
+fn live_metadata(prom: &BackfilledPrometheus) -> [(&'static str, &str); 5] {
+    [
+        ("prometheusServerAddress", prom.url.as_str()),
+        ("prometheusQuery", "vector(2)"),
+        ("prometheusPerReplica", "1"),
+        ("warmupSeconds", "300"),
+        ("sampleSeconds", "15"),
+    ]
+}
+
+type Client = prescale::proto::external_scaler_client::ExternalScalerClient<tonic::transport::Channel>;
+
+/// `serve --history-prometheus` once it answers GetMetrics for `so`: the server, its client,
+/// the answer.
+async fn warm_server(prom: &BackfilledPrometheus, so: &prescale::proto::ScaledObjectRef) -> (Server, Client, i64) {
+    let warm = Server::start(&["--history-prometheus", &prom.url]);
+    let c = warm.client().await;
+    let v = eventually(90, "GetMetrics answers after the warm start", || {
+        let (mut c, so) = (c.clone(), so.clone());
+        async move { metric(&mut c, &so).await.ok() }
+    })
+    .await;
+    (warm, c, v)
+}
+
 #[tokio::test]
 async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it_observes() {
     if service("PRESCALE_TEST_PROM").is_none() {
@@ -73,23 +102,9 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     let query = format!("count_over_time(prescale_observed_demand_replicas{{scaledobject=\"{name}\"}}[3d])");
     let (om, change) = history(ns, &name);
     let prom = BackfilledPrometheus::start(&om, &query).await;
-    // The live signal: a constant 2 replica-equivalents, from the same Prometheus.
-    let md = [
-        ("prometheusServerAddress", prom.url.as_str()),
-        ("prometheusQuery", "vector(2)"),
-        ("prometheusPerReplica", "1"),
-        ("warmupSeconds", "300"),
-        ("sampleSeconds", "15"),
-    ];
+    let md = live_metadata(&prom);
     let so = sref(ns, &name, &md);
-
-    let warm = Server::start(&["--history-prometheus", &prom.url]);
-    let c = warm.client().await;
-    let v = eventually(90, "GetMetrics answers after the warm start", || {
-        let (mut c, so) = (c.clone(), so.clone());
-        async move { metric(&mut c, &so).await.ok() }
-    })
-    .await;
+    let (warm, c, v) = warm_server(&prom, &so).await;
     assert!(v >= 2, "the plan covers the live demand of 2: {v}");
     let d = eventually(60, "the warm start done", || debug_once(&warm, ns, &name, "warmed from")).await;
     let note = d["snapshot"]["history"].as_str().unwrap_or_default().to_string();
@@ -197,4 +212,40 @@ async fn a_restarted_serve_warms_its_planner_from_prometheus_and_exports_what_it
     let note = d["snapshot"]["history"].as_str().unwrap_or_default();
     assert!(note.contains("cold start"), "{d}");
     assert_eq!(peak_points(&d), 0, "a cold planner has seen no peak");
+}
+
+#[tokio::test]
+async fn a_warm_start_reads_history_scraped_without_honor_labels() {
+    if service("PRESCALE_TEST_PROM").is_none() {
+        return;
+    }
+    // prescale runs in the ScaledObject's namespace. Scraped with `honor_labels: false` (a
+    // ServiceMonitor's default), every series carries the target's `namespace` and ours is
+    // kept as `exported_namespace`, so `namespace="infer"` matches the ScaledObjects of every
+    // namespace that prescale serves.
+    let (ns, name) = ("infer", unique("exported"));
+    let own = format!("namespace=\"{ns}\",exported_namespace=\"{ns}\",scaledobject=\"{name}\"");
+    let (own, _) = history_series(&own, level);
+    // A ScaledObject of the same name in another namespace: 40 all day.
+    let other = format!("namespace=\"{ns}\",exported_namespace=\"batch\",scaledobject=\"{name}\"");
+    let (other, _) = history_series(&other, |_| 40.0);
+    let ready = format!("count(count_over_time(prescale_observed_demand_replicas{{scaledobject=\"{name}\"}}[3d]))");
+    let prom = BackfilledPrometheus::start(&format!("{OM_HEAD}{own}{other}# EOF\n"), &ready).await;
+    let (warm, _, _) = warm_server(&prom, &sref(ns, &name, &live_metadata(&prom))).await;
+    let d = eventually(60, "the warm start done", || debug_once(&warm, ns, &name, "warmed from")).await;
+    let rates: Vec<f64> =
+        d["planner"]["hourly"].as_array().into_iter().flatten().filter_map(|p| p["rate"].as_f64()).collect();
+    assert!(peak_points(&d) >= 40, "two days of daytime peaks read back: {rates:?}");
+    assert!(rates.iter().all(|r| *r < 13.0), "the other namespace's ScaledObject (40) was read: {rates:?}");
+
+    // That label shape is what a real Prometheus makes of prescale's own /metrics.
+    let target = warm.http.trim_start_matches("http://");
+    let cfg = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n- job_name: prescale\n  honor_labels: false\n  \
+         static_configs:\n  - targets: ['{target}']\n    labels:\n      namespace: {ns}\n"
+    );
+    let live = format!(
+        "prescale_observed_demand_replicas{{namespace=\"{ns}\",exported_namespace=\"{ns}\",scaledobject=\"{name}\"}}"
+    );
+    let _scraper = BackfilledPrometheus::start_with(None, &cfg, &live).await;
 }

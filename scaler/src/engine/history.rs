@@ -28,11 +28,19 @@ fn quote(v: &str) -> String {
 
 /// The query for one ScaledObject's observed demand: the max over prescale replicas (all of
 /// them plan the same tick from the same readings, so they agree; any one that was up counts).
+///
+/// The series' `namespace` label is the ScaledObject's. A Prometheus that scrapes prescale
+/// with `honor_labels: false` (the Prometheus Operator's default for a ServiceMonitor) gives
+/// the target's own `namespace` (prescale's) precedence and keeps ours as
+/// `exported_namespace`; such series are read by that label, and the plain `namespace`
+/// selector takes only series without one (else, with prescale installed in the
+/// ScaledObject's namespace, it would also match same-named ScaledObjects of every other
+/// namespace).
 pub fn query_for(id: &ScalerId) -> String {
+    let (ns, name) = (quote(&id.namespace), quote(&id.name));
     format!(
-        "max(prescale_observed_demand_replicas{{namespace=\"{}\",scaledobject=\"{}\"}})",
-        quote(&id.namespace),
-        quote(&id.name)
+        "max(prescale_observed_demand_replicas{{namespace=\"{ns}\",exported_namespace=\"\",scaledobject=\"{name}\"}} \
+         or prescale_observed_demand_replicas{{exported_namespace=\"{ns}\",scaledobject=\"{name}\"}})"
     )
 }
 
@@ -113,7 +121,11 @@ mod tests {
     #[test]
     fn the_query_selects_one_scaled_object_and_escapes_its_labels() {
         let id = ScalerId { namespace: "ml".into(), name: "llama".into() };
-        assert_eq!(query_for(&id), "max(prescale_observed_demand_replicas{namespace=\"ml\",scaledobject=\"llama\"})");
+        assert_eq!(
+            query_for(&id),
+            "max(prescale_observed_demand_replicas{namespace=\"ml\",exported_namespace=\"\",scaledobject=\"llama\"} \
+             or prescale_observed_demand_replicas{exported_namespace=\"ml\",scaledobject=\"llama\"})"
+        );
         let odd = ScalerId { namespace: "a\"b".into(), name: "c\\d".into() };
         assert!(query_for(&odd).contains("namespace=\"a\\\"b\",scaledobject=\"c\\\\d\""), "{}", query_for(&odd));
     }
