@@ -41,6 +41,7 @@ fi
 
 exec "$VENV/bin/python" - "$@" <<'PY'
 import copy
+import json
 import os
 import re
 import subprocess
@@ -90,6 +91,7 @@ ALL_FEATURES = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "metricRelabelings": [{"action": "drop", "regex": "go_.*", "sourceLabels": ["__name__"]}]},
     "history": {"prometheus": "http://prometheus-operated.monitoring:9090", "lookback": "7d"},
+    "grafanaDashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "Platform"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "alertLabels": {"team": "ml-platform"}, "lateShare": 0.1},
     "podAnnotations": {"x": "y"},
@@ -606,6 +608,62 @@ def check_alerts(chart):
           f"({sum(len(t['alert_rule_test']) for t in tests['tests'])} cases)")
 
 
+def check_dashboard(chart):
+    """The Grafana dashboard ships unchanged in its ConfigMap, its layout and variables hold
+    together, and every query parses as PromQL (`promtool check rules`, with Grafana's
+    variables replaced by values)."""
+    import tempfile
+
+    path = os.path.join(CHART, "dashboards", "prescale.json")
+    with open(path) as f:
+        dash = json.load(f)
+    docs, _ = render(chart, {"grafanaDashboard": {"enabled": True}})
+    cms = [d for _, d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+    if len(cms) != 1 or json.loads(cms[0]["data"]["prescale.json"]) != dash:
+        problem("dashboard", "the rendered ConfigMap does not carry dashboards/prescale.json unchanged")
+    if cms and cms[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
+        problem("dashboard", "the ConfigMap lacks the sidecar's grafana_dashboard label")
+    variables = {v["name"] for v in dash["templating"]["list"]}
+    builtins = {"__rate_interval", "__interval", "__range"}
+    exprs, ids = [], set()
+    for p in dash["panels"]:
+        if p["id"] in ids:
+            problem("dashboard", f"panel id {p['id']} twice")
+        ids.add(p["id"])
+        g = p["gridPos"]
+        if g["x"] + g["w"] > 24:
+            problem("dashboard", f"panel {p['title']} is wider than the grid")
+        if p["type"] == "row":
+            continue
+        if not p.get("targets"):
+            problem("dashboard", f"panel {p['title']} has no query")
+        for t in p.get("targets", []):
+            exprs.append((p["title"], t["expr"]))
+    for v in dash["templating"]["list"]:
+        q = v.get("query")
+        if v["type"] == "query":
+            m = re.fullmatch(r"label_values\((.+), *(\w+)\)", q["query"])
+            if not m:
+                problem("dashboard", f"variable {v['name']}: not a label_values query: {q}")
+            else:
+                exprs.append((f"variable {v['name']}", m.group(1)))
+    for title, e in exprs:
+        for used in re.findall(r"\$\{?(\w+)", e):
+            if used not in variables | builtins:
+                problem("dashboard", f"{title}: ${used} is not a variable of the dashboard")
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{i}", "expr": re.sub(r"\$\{?(\w+)\}?", lambda m: "5m" if m.group(1).startswith("__") else ".*", e)}
+        for i, (_, e) in enumerate(exprs)]}]}
+    with tempfile.TemporaryDirectory() as tmp:
+        rules_path = os.path.join(tmp, "dashboard-queries.yaml")
+        with open(rules_path, "w") as f:
+            yaml.safe_dump(rules, f)
+        out = subprocess.run(["promtool", "check", "rules", rules_path], text=True, capture_output=True)
+        if out.returncode != 0:
+            problem("dashboard", f"promtool check rules on the dashboard's queries:\n{out.stdout}{out.stderr}")
+    print(f"check-chart: dashboard: {len(dash['panels'])} panels, {len(exprs)} queries parsed by promtool")
+
+
 # ---------------------------------------------------------------------------- run
 def main():
     check_serve_flags()
@@ -622,6 +680,7 @@ def main():
         defaults = chart.values
         check_values_documented(defaults)
         check_alerts(chart)
+        check_dashboard(chart)
         for sc, over in SCENARIOS.items():
             merged = deep_merge(defaults, over)
             try:

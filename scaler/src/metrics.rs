@@ -211,6 +211,7 @@ mod tests {
         for path in [
             "deploy/helm/prescale/templates/prometheusrule.yaml",
             "tests/alerts/prescale.test.yaml",
+            "deploy/helm/prescale/dashboards/prescale.json",
             "deploy/helm/prescale/README.md",
             "README.md",
         ] {
