@@ -6,8 +6,9 @@
 //! (300 ScaledObjects at the default 5-s tick: 60 LISTs a second, which API Priority and
 //! Fairness throttles for every other client of the cluster). The watch costs one long-lived
 //! request per Service. While it has not listed yet, or its last event was an error (no
-//! `watch` permission, a broken connection), the poll lists the slices itself as before, so a
-//! watch that fails never serves an old pod set as the current one.
+//! `watch` permission, a broken connection) less than two minutes ago, the poll lists the
+//! slices itself as before, so a watch that fails never serves an old pod set as the current
+//! one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -18,7 +19,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use tokio::task::JoinHandle;
 
-use crate::cluster::client::{spawn_watch, strip_managed_fields, HealthMap};
+use crate::cluster::client::{spawn_watch, strip_managed_fields, HealthMap, WatchHealth};
 
 const WHAT: &str = "EndpointSlice";
 
@@ -104,14 +105,32 @@ impl SliceWatch {
         Self { store, health, task }
     }
 
-    /// The Service's slices, or why the watch cannot give them now (not listed yet, or its
-    /// last event was an error).
-    pub fn slices(&self) -> Result<Vec<Arc<EndpointSlice>>, String> {
+    /// The Service's slices at `now_ms`, or why the watch cannot give them now (see
+    /// [`trusted`]).
+    pub fn slices(&self, now_ms: u64) -> Result<Vec<Arc<EndpointSlice>>, String> {
         let h = self.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default();
-        match h.why_not(WHAT) {
-            Some(why) => Err(why),
-            None => Ok(self.store.state()),
-        }
+        trusted(&h, now_ms).map(|()| self.store.state())
+    }
+}
+
+/// How long a watch whose last event was an error must go without another before its store
+/// is read again. The watcher retries with a backoff of at most 30 s (kube's
+/// `DefaultBackoff`), and a connection attempt gives up within kube's 30-s connect timeout, so
+/// a watch still failing errs again well within this; one that reconnected resumes from its
+/// resourceVersion (or relists) and may then see no event for hours on a steady Service.
+/// Without this, one blip of the API server would put the poll back on a LIST per tick until
+/// the Service next changed, which is the load the watch exists to remove, at the moment
+/// the API server is struggling.
+pub const QUIET_AFTER_ERROR_MS: u64 = 120_000;
+
+/// Whether a watch's store reads as the Service's slices now: listed at least once, and
+/// either no error since the last good event or none for [`QUIET_AFTER_ERROR_MS`].
+pub fn trusted(h: &WatchHealth, now_ms: u64) -> Result<(), String> {
+    let quiet = h.error_ms.is_some_and(|t| now_ms.saturating_sub(t) >= QUIET_AFTER_ERROR_MS);
+    match h.why_not(WHAT) {
+        Some(_) if h.synced && quiet => Ok(()),
+        Some(why) => Err(why),
+        None => Ok(()),
     }
 }
 
@@ -149,10 +168,26 @@ mod tests {
         assert_eq!(watches.running(), 2);
         // Nothing listed from an API that does not answer: the caller is told to list itself,
         // never handed an empty pod set as if the Service had no ready pod.
-        let why = a3.slices().unwrap_err();
+        let why = a3.slices(crate::engine::clock::now_ms()).unwrap_err();
         assert!(why.contains("EndpointSlice"), "{why}");
         drop((a3, b));
         assert_eq!(watches.running(), 0);
+    }
+
+    #[test]
+    fn a_watch_is_read_once_listed_and_again_once_quiet_after_an_error() {
+        let listed = WatchHealth { synced: true, last_event_ms: Some(1_000), error: None, error_ms: None };
+        assert!(trusted(&listed, 5_000).is_ok());
+        let unlisted = WatchHealth::default();
+        assert!(trusted(&unlisted, 5_000).unwrap_err().contains("not listed yet"));
+        // An error at 10 s: not read until 2 minutes without another.
+        let failed = WatchHealth { error: Some("connection refused".into()), error_ms: Some(10_000), ..listed };
+        let why = trusted(&failed, 10_000 + QUIET_AFTER_ERROR_MS - 1).unwrap_err();
+        assert!(why.contains("connection refused"), "{why}");
+        assert!(trusted(&failed, 10_000 + QUIET_AFTER_ERROR_MS).is_ok());
+        // Never listed: an old error does not make an empty store the Service's slices.
+        let never = WatchHealth { synced: false, ..failed };
+        assert!(trusted(&never, 10_000 + 10 * QUIET_AFTER_ERROR_MS).is_err());
     }
 
     #[test]

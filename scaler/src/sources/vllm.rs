@@ -4,8 +4,8 @@
 //! - Pods: `vllmEndpoints` (URLs or host:port, scraped as given) or `vllmService` (the
 //!   ready endpoints of the Service's EndpointSlices in the ScaledObject's namespace, kept
 //!   by one watch per Service (`slices.rs`) through one lazily created, process-wide
-//!   `kube::Client`, and listed directly while that watch has not listed yet or is failing;
-//!   `detail["slices_from_watch"]` says which).
+//!   `kube::Client`, and listed directly while that watch has not listed yet or is failing
+//!   (`slices::trusted`); `detail["slices_from_watch"]` says which).
 //! - Value: `waiting + running` summed over pods and engines (`vllm:num_requests_waiting`,
 //!   `vllm:num_requests_running`), compared with `vllmPerReplica`. With
 //!   `vllmKvCacheTarget`, the KV-cache signal `Σ_pods usage / target` (= mean usage × pods
@@ -486,7 +486,7 @@ impl VllmSource {
             Pods::Service { namespace, name, port } => {
                 let client = self.kube.get().await?;
                 let watch = self.watch.get_or_init(|| self.slices.watch(&client, namespace, name));
-                match watch.slices() {
+                match watch.slices(crate::engine::clock::now_ms()) {
                     Ok(slices) => return Ok((slice_urls(slices.iter().map(AsRef::as_ref), port), Some(true))),
                     Err(why) => {
                         tracing::debug!(service = %format!("{namespace}/{name}"), %why, "listing EndpointSlices")
