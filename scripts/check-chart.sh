@@ -129,6 +129,7 @@ MUST_FAIL = {
     "uppercase-metric": ({"tls": {"certManager": {"enabled": True}},
                           "externalMetrics": {"enabled": True, "metrics": [{"name": "LlamaQueue", "metadata": {"a": "b"}}]}}, "lowercase"),
     "positive-priority": ({"headroom": {"priorityClass": {"value": 10}}}, "negative"),
+    "alerts-without-their-scrape": ({"prometheusRule": {"enabled": True}}, "prometheusRule.job"),
 }
 
 # RBAC allow-list: (apiGroup, resource) -> verbs prescale may ever be granted (least privilege).
@@ -573,12 +574,17 @@ def check_alerts(chart):
     if shutil.which("promtool") is None:
         problem("alerts", "promtool not found (scripts/services.sh installs Debian's prometheus, which has it)")
         return
-    docs, _ = render(chart, {"prometheusRule": {"enabled": True}})
+    docs, _ = render(chart, {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}})
     rules = [d for _, d in docs if d["kind"] == "PrometheusRule"]
     if len(rules) != 1:
         problem("alerts", f"expected one PrometheusRule, rendered {len(rules)}")
         return
     groups = rules[0]["spec"]["groups"]
+    own, _ = render(chart, {"prometheusRule": {"enabled": True, "job": "kubernetes-pods"}})
+    for _, d in own:
+        for r in (r for g in d["spec"]["groups"] for r in g["rules"]) if d["kind"] == "PrometheusRule" else []:
+            if 'job="kubernetes-pods"' not in r["expr"]:
+                problem("alerts", f"{r['alert']} does not select prometheusRule.job: {r['expr']}")
     described = {r["alert"]: r["annotations"]["description"] for g in groups for r in g["rules"]}
     with open(ALERT_TESTS) as f:
         tests = yaml.safe_load(f)
