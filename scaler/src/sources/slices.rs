@@ -5,7 +5,10 @@
 //! Listing the slices on every poll put one LIST per Service per tick on the API server
 //! (300 ScaledObjects at the default 5-s tick: 60 LISTs a second, which API Priority and
 //! Fairness throttles for every other client of the cluster). The watch costs one long-lived
-//! request per Service. While it has not listed yet, or its last event was an error (no
+//! request per Service, and so one connection each (kube's client speaks HTTP/1.1): tens to a
+//! few hundred for a fleet of model Services, which an API server serving every kubelet's
+//! watches does not notice. A cluster-wide watch of every slice would need one connection but
+//! hold every Service's slices in memory. While it has not listed yet, or its last event was an error (no
 //! `watch` permission, a broken connection) less than two minutes ago, the poll lists the
 //! slices itself as before, so a watch that fails never serves an old pod set as the current
 //! one.
