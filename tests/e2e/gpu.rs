@@ -530,6 +530,16 @@ async fn vllm_service_endpoints_from_the_kubernetes_api() {
     assert_eq!((num(&d, "pods_up"), num(&d, "pods_total")), (Some(2.0), Some(2.0)), "{d}");
     let q = api.queries.lock().unwrap().clone();
     assert!(!q.is_empty() && q.iter().all(|s| s == "kubernetes.io/service-name=llama"), "{q:?}");
+    // This API answers a watch with a list, which is no watch stream: the watch fails, the
+    // polls list the slices themselves (above), and /debug/scalers says so.
+    let why = eventually(15, "the failing watch shown", || async {
+        let (_, all) = srv.get("/debug/scalers").await;
+        let all: serde_json::Value = serde_json::from_str(&all).ok()?;
+        let read = all["endpointSliceWatches"][0]["read"].as_str()?.to_string();
+        read.starts_with("listed each poll").then_some(read)
+    })
+    .await;
+    assert!(why.contains("watch failing"), "{why}");
     assert!(pod_a.hits.load(Ordering::Relaxed) > 0 && pod_b.hits.load(Ordering::Relaxed) > 0);
     let _ = std::fs::remove_file(&cfg);
 
@@ -614,6 +624,14 @@ async fn vllm_service_pods_follow_an_endpointslice_watch_not_a_list_per_poll() {
     assert_eq!(slice_lists(), lists, "the changes came from a LIST, not the watch");
     let (_, m) = srv.get("/metrics").await;
     assert!(m.lines().any(|l| l == r#"prescale_source_connections{kind="endpointslice_watch"} 1"#), "{m}");
+    let (_, all) = srv.get("/debug/scalers").await;
+    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+    let w = &all["endpointSliceWatches"][0];
+    assert_eq!(
+        (w["service"].as_str(), w["read"].as_str(), w["slices"].as_u64()),
+        (Some("llm/llama"), Some("from the watch"), Some(2)),
+        "{all}"
+    );
     let _ = std::fs::remove_file(&cfg);
 }
 

@@ -422,7 +422,8 @@ impl Engine {
             Some(c) => c.status(),
             None => serde_json::json!({"features": "off (not started)"}),
         };
-        serde_json::json!({ "scaledObjects": items, "cluster": cluster })
+        let watches = self.inner.shared.slices.status(now);
+        serde_json::json!({ "scaledObjects": items, "cluster": cluster, "endpointSliceWatches": watches })
     }
 
     /// One ScaledObject in full, planner history included (`/debug/scalers/{ns}/{name}`).

@@ -85,6 +85,27 @@ impl SliceWatches {
         w
     }
 
+    /// Each running watch at `now_ms`: its Service, whether polls read it (else they list,
+    /// and why), its slices and its health (`/debug/scalers`).
+    pub fn status(&self, now_ms: u64) -> Vec<serde_json::Value> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<serde_json::Value> = map
+            .iter()
+            .filter_map(|((ns, svc), w)| {
+                let w = w.upgrade()?;
+                let h = w.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default();
+                Some(serde_json::json!({
+                    "service": format!("{ns}/{svc}"),
+                    "read": trusted(&h, now_ms).err().map_or_else(|| "from the watch".to_string(), |why| format!("listed each poll: {why}")),
+                    "slices": w.store.state().len(),
+                    "health": h,
+                }))
+            })
+            .collect();
+        out.sort_by(|a, b| a["service"].as_str().cmp(&b["service"].as_str()));
+        out
+    }
+
     /// How many watches are running.
     pub fn running(&self) -> usize {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
