@@ -142,6 +142,16 @@ fn draw_on<DB: DrawingBackend>(
     let panels = root.split_evenly((n, 1));
     let interval = s.scenario.interval as f64;
     let mu = s.scenario.capacity;
+    // One replica scale for every panel, so the policies' fleets compare at a glance (the
+    // backlog keeps its own right-hand scale: it spans orders of magnitude between them).
+    let y_max = results
+        .iter()
+        .flat_map(|r| {
+            let demand = r.arrivals.iter().map(move |a| a / interval / mu);
+            demand.chain(r.ready.iter().map(|x| f64::from(*x))).chain(r.plan.iter().map(|(_, d)| f64::from(*d)))
+        })
+        .fold(1.0, f64::max)
+        * 1.1;
     for (panel, (res, row)) in panels.iter().zip(results.iter().zip(&s.policies)) {
         let hours: Vec<f64> = res.plan.iter().map(|(t, _)| *t as f64 / 3600.0).collect();
         let demand: Vec<f64> = res.arrivals.iter().map(|a| a / interval / mu).collect();
@@ -149,7 +159,6 @@ fn draw_on<DB: DrawingBackend>(
         let plan: Vec<f64> = res.plan.iter().map(|(_, d)| f64::from(*d)).collect();
         let backlog: Vec<f64> = res.backlog_max.clone();
         let x_max = hours.last().copied().unwrap_or(1.0).max(1e-3) + interval / 3600.0;
-        let y_max = demand.iter().chain(&ready).chain(&plan).copied().fold(1.0, f64::max) * 1.1;
         let b_max = backlog.iter().copied().fold(1.0, f64::max) * 1.1;
         let caption = format!(
             "{} — SLO attainment {:.2}% ({:.2}% late on cold starts), {:.1} GPU-h ({:.2}× oracle), {} starts",
@@ -297,9 +306,8 @@ mod tests {
         assert!(super::buckets(&[], &[]).is_empty());
     }
 
-    /// The spiky client replayed at μ 0.25, W 420 s, SLO 5 s by all three policies, drawn as a
-    /// PNG: the per-policy attainments, and the image's RGB bytes, width and height.
-    fn spiky_png() -> (Vec<f64>, Vec<u8>, u32, u32) {
+    /// The spiky client replayed at μ 0.25, W 420 s, SLO 5 s by all three policies.
+    fn spiky_replay() -> crate::replay::Replayed {
         let trace = crate::replay::load_trace(&spiky_trace()).unwrap();
         let opts = ReplayOptions {
             capacity: 0.25,
@@ -315,20 +323,71 @@ mod tests {
             chart: None,
             progress: false,
         };
-        let r = replay(&trace, "spiky", &opts).unwrap();
+        replay(&trace, "spiky", &opts).unwrap()
+    }
+
+    /// [`spiky_replay`] drawn to a temporary file with extension `ext`: the file's bytes.
+    fn spiky_drawn(r: &crate::replay::Replayed, ext: &str) -> Vec<u8> {
         let path = std::env::temp_dir().join(format!(
-            "prescale-chart-{}-{:?}.png",
+            "prescale-chart-{}-{:?}.{ext}",
             std::process::id(),
             std::thread::current().id()
         ));
         super::draw(&path, &r.summary, &r.results).unwrap();
-        let decoder = png::Decoder::new(std::fs::File::open(&path).unwrap());
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        bytes
+    }
+
+    /// [`spiky_replay`] as a PNG: the per-policy attainments, and the image's RGB bytes, width
+    /// and height.
+    fn spiky_png() -> (Vec<f64>, Vec<u8>, u32, u32) {
+        let r = spiky_replay();
+        let bytes = spiky_drawn(&r, "png");
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
         let mut reader = decoder.read_info().unwrap();
         let mut buf = vec![0; reader.output_buffer_size()];
         let info = reader.next_frame(&mut buf).unwrap();
-        let _ = std::fs::remove_file(&path);
         let att = r.summary.policies.iter().map(|p| p.slo_attainment).collect();
         (att, buf, info.width, info.height)
+    }
+
+    /// The left (replica) axis of each panel of an SVG chart: its largest tick label, per
+    /// panel from the top (the panels are 330 px high; left-axis labels are right-aligned
+    /// at the left edge).
+    fn left_axis_tops(svg: &str) -> Vec<f64> {
+        let mut tops: Vec<f64> = Vec::new();
+        for el in svg.split("<text ").skip(1) {
+            let attr = |name: &str| {
+                let from = el.find(&format!("{name}=\"")).map(|i| i + name.len() + 2)?;
+                el[from..].split('"').next()?.parse::<f64>().ok()
+            };
+            let (Some(x), Some(y)) = (attr("x"), attr("y")) else { continue };
+            let head = el.split('>').next().unwrap_or_default();
+            let body = el.split_once('>').map(|(_, b)| b.split("</text>").next().unwrap_or_default().trim());
+            let Some(v) = body.and_then(|b| b.parse::<f64>().ok()) else { continue };
+            if x < 60.0 && head.contains("text-anchor=\"end\"") {
+                let panel = (y / 330.0) as usize;
+                if tops.len() <= panel {
+                    tops.resize(panel + 1, f64::NEG_INFINITY);
+                }
+                tops[panel] = tops[panel].max(v);
+            }
+        }
+        tops
+    }
+
+    /// Every panel draws replicas on one scale, so the policies' fleets compare at a glance,
+    /// although here they reach very different peaks.
+    #[test]
+    fn the_panels_share_one_replica_scale() {
+        let r = spiky_replay();
+        let peaks: Vec<u32> = r.results.iter().map(|x| x.ready.iter().copied().max().unwrap_or(0)).collect();
+        assert!(peaks.iter().max() > peaks.iter().min(), "the policies' peaks differ: {peaks:?}");
+        let svg = String::from_utf8(spiky_drawn(&r, "svg")).unwrap();
+        let tops = left_axis_tops(&svg);
+        assert_eq!(tops.len(), 3, "{tops:?}");
+        assert!(tops.iter().all(|t| *t == tops[0] && *t > 0.0), "{tops:?}");
     }
 
     #[test]
