@@ -24,6 +24,10 @@ pub struct Metrics {
     pub planned: Family<Labels, Gauge<i64>>,
     /// Share of the requests vLLM scheduled over the last poll after waiting past `sloSeconds`.
     pub queue_late_share: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Requests vLLM scheduled for the ScaledObject's pods, and of them those that had waited
+    /// longer than `sloSeconds`: request-weighted lateness over any span with `rate()`.
+    pub queue_scheduled: Family<Labels, Counter<f64, AtomicU64>>,
+    pub queue_late: Family<Labels, Counter<f64, AtomicU64>>,
     pub scaled_objects: Gauge<i64>,
     pub pollers: Gauge<i64>,
     pub connections: Family<Labels, Gauge<i64>>,
@@ -66,6 +70,8 @@ impl Metrics {
         let observed_demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let planned = Family::<Labels, Gauge<i64>>::default();
         let queue_late_share = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let queue_scheduled = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        let queue_late = Family::<Labels, Counter<f64, AtomicU64>>::default();
         let scaled_objects = Gauge::<i64>::default();
         let pollers = Gauge::<i64>::default();
         let connections = Family::<Labels, Gauge<i64>>::default();
@@ -93,6 +99,16 @@ impl Metrics {
             "queue_late_share",
             "Share of the requests vLLM scheduled over the last poll that had waited longer than sloSeconds, per ScaledObject",
             queue_late_share.clone(),
+        );
+        registry.register(
+            "queue_scheduled_requests",
+            "Requests vLLM scheduled from its queue, per ScaledObject (from vllm:request_queue_time_seconds)",
+            queue_scheduled.clone(),
+        );
+        registry.register(
+            "queue_late_requests",
+            "Requests vLLM scheduled after they had waited longer than sloSeconds, per ScaledObject",
+            queue_late.clone(),
         );
         registry.register("scaled_objects", "ScaledObjects currently tracked", scaled_objects.clone());
         registry.register("pollers", "Distinct source polls currently running", pollers.clone());
@@ -132,6 +148,8 @@ impl Metrics {
             observed_demand,
             planned,
             queue_late_share,
+            queue_scheduled,
+            queue_late,
             scaled_objects,
             pollers,
             connections,
@@ -172,6 +190,9 @@ mod tests {
         let l: Labels = vec![("k", "v".into())];
         for f in [&m.grpc_requests, &m.source_polls, &m.source_errors] {
             f.get_or_create(&l).inc();
+        }
+        for f in [&m.queue_scheduled, &m.queue_late] {
+            f.get_or_create(&l).inc_by(1.0);
         }
         for f in [&m.grpc_latency, &m.source_latency] {
             f.get_or_create(&l).observe(1.0);

@@ -218,6 +218,22 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
         }
     })
     .await;
+    // And as request counts, for request-weighted lateness over any span: 1 in 4 late.
+    let labels = format!("{{namespace=\"llm\",scaledobject=\"{name}\"}} ");
+    eventually(10, "scheduled and late request counters, 1 in 4 late", || {
+        let (srv, labels) = (&srv, labels.clone());
+        async move {
+            let (_, m) = srv.get("/metrics").await;
+            let read = |metric: &str| {
+                let prefix = format!("{metric}{labels}");
+                m.lines().find_map(|l| l.strip_prefix(prefix.as_str()))?.trim().parse::<f64>().ok()
+            };
+            let scheduled = read("prescale_queue_scheduled_requests_total")?;
+            let late = read("prescale_queue_late_requests_total")?;
+            (scheduled >= 40.0 && late * 4.0 == scheduled).then_some(())
+        }
+    })
+    .await;
     ticker.abort();
     assert_eq!(num(&d, "waiting"), Some(16.0), "{d}");
     assert_eq!(num(&d, "running"), Some(28.0), "{d}");

@@ -86,6 +86,10 @@ pub struct Snapshot {
     /// None without a vLLM signal reporting `vllm:request_queue_time_seconds`, or when no
     /// request left the queue.
     pub queue_late_share: Option<f64>,
+    /// Requests vLLM scheduled since the previous tick, and of them late (the increments of
+    /// `prescale_queue_scheduled_requests_total` / `prescale_queue_late_requests_total`).
+    #[serde(skip)]
+    pub queue_counted: Option<(f64, f64)>,
 }
 
 /// The late share over every vLLM signal: late requests over started ones, summed.
@@ -99,6 +103,22 @@ fn queue_late_share(signals: &[SignalView]) -> Option<f64> {
         }
     }
     (any && started > 0.0).then(|| (late / started).clamp(0.0, 1.0))
+}
+
+/// Requests scheduled and late so far, summed over the vLLM signals' running totals.
+fn queue_totals(signals: &[SignalView]) -> Option<(f64, f64)> {
+    signals
+        .iter()
+        .filter_map(|s| Some((*s.detail.get("queue_started_total")?, *s.detail.get("queue_late_total")?)))
+        .reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// What the running totals add since the last ones seen (`None` the first time: a poll shared
+/// with other ScaledObjects counted requests before this one existed; and when a total went
+/// down, as when a poll started again: its new totals are the next baseline).
+fn queue_increments(seen: Option<(f64, f64)>, now: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    let ((s0, l0), (s, l)) = (seen?, now?);
+    (s >= s0 && l >= l0).then_some((s - s0, l - l0))
 }
 
 type Identity = (String, String, BTreeMap<String, String>);
@@ -369,6 +389,8 @@ impl Engine {
             self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
             self.inner.metrics.queue_late_share.remove(&labels);
+            self.inner.metrics.queue_scheduled.remove(&labels);
+            self.inner.metrics.queue_late.remove(&labels);
         }
         let n = removed.len();
         drop(removed);
@@ -555,6 +577,10 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         // a removal takes the family's write lock on every tick.
         metrics.queue_late_share.remove(&labels);
     }
+    if let Some((scheduled, late)) = snap.queue_counted {
+        metrics.queue_scheduled.get_or_create(&labels).inc_by(scheduled);
+        metrics.queue_late.get_or_create(&labels).inc_by(late);
+    }
     let was_active = *e.active.borrow();
     let now_active = snap.replicas > 0 && e.answer_for(&snap);
     *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
@@ -617,6 +643,8 @@ struct ScalerState {
     warm: Option<tokio::sync::oneshot::Receiver<String>>,
     /// Arrival-rate estimate from queue deltas and served throughput (`capacityPerReplica`).
     arrivals: predict::ArrivalEstimator,
+    /// The vLLM signals' running totals of scheduled and late requests at the last tick.
+    queue_seen: Option<(f64, f64)>,
 }
 
 /// A shared per-pod reading narrowed to the scale target's pods: its last good value and
@@ -650,6 +678,7 @@ impl ScalerState {
             history: None,
             warm: None,
             arrivals: predict::ArrivalEstimator::default(),
+            queue_seen: None,
         }
     }
 
@@ -781,6 +810,11 @@ impl ScalerState {
         }
         drop(guard);
         let late_share = queue_late_share(&signals);
+        let totals = queue_totals(&signals);
+        let queue_counted = queue_increments(self.queue_seen, totals);
+        if totals.is_some() {
+            self.queue_seen = totals;
+        }
         Snapshot {
             tick_ms,
             driver: demand.as_ref().and_then(|d| d.driver).map(|i| signals[i].label.clone()),
@@ -794,6 +828,7 @@ impl ScalerState {
             observed_demand,
             history: self.history.clone(),
             queue_late_share: late_share,
+            queue_counted,
         }
     }
 }
@@ -915,5 +950,24 @@ mod tests {
         let idle = sig(&[("queue_started_rate", 0.0), ("queue_late_rate", 0.0)]);
         assert_eq!(queue_late_share(&[idle]), None, "nobody scheduled: no figure, not 0");
         assert_eq!(queue_late_share(&[a]), Some(0.1));
+    }
+
+    #[test]
+    fn scheduled_and_late_requests_are_counted_from_the_running_totals_between_ticks() {
+        let sig =
+            |s: f64, l: f64| SignalView::with_detail("vllm", &[("queue_started_total", s), ("queue_late_total", l)]);
+        let other = SignalView::with_detail("rabbitmq", &[("waiting", 3.0)]);
+        let totals = queue_totals(&[sig(100.0, 5.0), other.clone(), sig(40.0, 1.0)]);
+        assert_eq!(totals, Some((140.0, 6.0)));
+        assert_eq!(queue_totals(&[other]), None);
+        // The first totals seen are a baseline: a shared poll counted them before this
+        // ScaledObject existed.
+        assert_eq!(queue_increments(None, totals), None);
+        assert_eq!(queue_increments(totals, Some((152.0, 9.0))), Some((12.0, 3.0)));
+        // The same reading at the next tick adds nothing.
+        assert_eq!(queue_increments(Some((152.0, 9.0)), Some((152.0, 9.0))), Some((0.0, 0.0)));
+        // A poll that started again (its totals went down) is the next baseline, not a count.
+        assert_eq!(queue_increments(Some((152.0, 9.0)), Some((4.0, 1.0))), None);
+        assert_eq!(queue_increments(Some((152.0, 9.0)), None), None);
     }
 }

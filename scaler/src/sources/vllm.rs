@@ -19,7 +19,8 @@
 //!   request spent WAITING before its first schedule), per poll interval, the requests/s that
 //!   left the queue (`queue_started_rate`), those that had waited longer than `sloSeconds`
 //!   (`queue_late_rate`) and their share (`queue_late_share`), counted over pods read at both
-//!   polls. Buckets are read at the largest bound ≤ `sloSeconds` (`queue_slo_bound_seconds`;
+//!   polls, and their running totals since the source's first poll (`queue_started_total`,
+//!   `queue_late_total`). Buckets are read at the largest bound ≤ `sloSeconds` (`queue_slo_bound_seconds`;
 //!   vLLM's bounds include 0.3–2.5, 5, 10, 15, 20, 30 … s), so between two bounds the share
 //!   counts some requests as late that were not: an upper bound, never an understatement.
 //!   This is what the fleet's users saw, measured where it happens; `serve` exports it per
@@ -360,14 +361,21 @@ impl RateTracker {
     /// Record this poll's counters and return the summed rate over endpoints that have a
     /// previous value (`None` when none has). Endpoints not in `now` are forgotten.
     pub fn update(&mut self, at: Instant, now: &[(String, f64)]) -> Option<f64> {
-        let mut rate = None::<f64>;
+        self.update_counts(at, now).map(|(rate, _)| rate)
+    }
+
+    /// As [`update`](Self::update), with the summed increase of those endpoints' counters.
+    pub fn update_counts(&mut self, at: Instant, now: &[(String, f64)]) -> Option<(f64, f64)> {
+        let mut sums = None::<(f64, f64)>;
         for (ep, total) in now {
             if let Some((t0, v0)) = self.last.get(ep) {
                 let dt = at.saturating_duration_since(*t0).as_secs_f64();
                 if dt > 0.0 {
                     // A counter that went down restarted from 0 (pod restart).
                     let delta = if *total >= *v0 { total - v0 } else { *total };
-                    *rate.get_or_insert(0.0) += delta / dt;
+                    let (rate, count) = sums.get_or_insert((0.0, 0.0));
+                    *rate += delta / dt;
+                    *count += delta;
                 }
             }
         }
@@ -376,7 +384,7 @@ impl RateTracker {
         for (ep, total) in now {
             self.last.insert(ep.clone(), (at, *total));
         }
-        rate
+        sums
     }
 }
 
@@ -386,13 +394,21 @@ pub struct QueueRates {
     pub started: f64,
     pub late: f64,
     pub bound_s: f64,
+    /// Requests started (and of them late) since this source's first poll, counted over
+    /// endpoints read at two polls in a row: running totals, so a reader can count the
+    /// requests between any two of its reads.
+    pub started_total: f64,
+    pub late_total: f64,
 }
 
-/// Per-endpoint counter memory of the queue-time histogram: requests started and late.
+/// Per-endpoint counter memory of the queue-time histogram: requests started and late, and
+/// their running totals.
 #[derive(Debug, Default)]
 pub struct QueueTracker {
     started: RateTracker,
     late: RateTracker,
+    started_total: f64,
+    late_total: f64,
 }
 
 impl QueueTracker {
@@ -401,10 +417,19 @@ impl QueueTracker {
     pub fn update(&mut self, at: Instant, now: &[(String, QueueCounts)]) -> Option<QueueRates> {
         let started: Vec<(String, f64)> = now.iter().map(|(e, q)| (e.clone(), q.started)).collect();
         let late: Vec<(String, f64)> = now.iter().map(|(e, q)| (e.clone(), q.late)).collect();
-        let s = self.started.update(at, &started);
-        let l = self.late.update(at, &late);
+        let s = self.started.update_counts(at, &started);
+        let l = self.late.update_counts(at, &late);
         let bound_s = now.iter().map(|(_, q)| q.bound_s).reduce(f64::min)?;
-        Some(QueueRates { started: s?, late: l?.min(s?), bound_s })
+        let ((started, n_started), (late, n_late)) = (s?, l?);
+        self.started_total += n_started;
+        self.late_total += n_late.min(n_started);
+        Some(QueueRates {
+            started,
+            late: late.min(started),
+            bound_s,
+            started_total: self.started_total,
+            late_total: self.late_total,
+        })
     }
 }
 
@@ -432,6 +457,8 @@ pub fn combine(
         detail.insert("queue_started_rate", q.started);
         detail.insert("queue_late_rate", q.late);
         detail.insert("queue_slo_bound_seconds", q.bound_s);
+        detail.insert("queue_started_total", q.started_total);
+        detail.insert("queue_late_total", q.late_total);
         if q.started > 0.0 {
             detail.insert("queue_late_share", (q.late / q.started).clamp(0.0, 1.0));
         }
@@ -800,10 +827,11 @@ mod tests {
         assert_eq!(tr.update(t0, &[("a".into(), qc(100.0, 5.0)), ("b".into(), qc(10.0, 0.0))]), None);
         // 2 s later: a started 20 more (4 late), b 4 more (none late).
         let r = tr.update(at(2), &[("a".into(), qc(120.0, 9.0)), ("b".into(), qc(14.0, 0.0))]).unwrap();
-        assert_eq!(r, QueueRates { started: 12.0, late: 2.0, bound_s: 5.0 });
+        let rates = QueueRates { started: 12.0, late: 2.0, bound_s: 5.0, started_total: 24.0, late_total: 4.0 };
+        assert_eq!(r, rates);
         // a restarted (its counters went down): counted from zero.
         let r = tr.update(at(3), &[("a".into(), qc(3.0, 3.0)), ("b".into(), qc(14.0, 0.0))]).unwrap();
-        assert_eq!(r, QueueRates { started: 3.0, late: 3.0, bound_s: 5.0 });
+        assert_eq!(r, QueueRates { started: 3.0, late: 3.0, bound_s: 5.0, started_total: 27.0, late_total: 7.0 });
         // No pod reports the histogram: no figure.
         assert_eq!(tr.update(at(4), &[]), None);
 
@@ -813,7 +841,7 @@ mod tests {
             std::slice::from_ref(&p),
             0,
             None,
-            Some(QueueRates { started: 12.0, late: 3.0, bound_s: 5.0 }),
+            Some(QueueRates { started: 12.0, late: 3.0, bound_s: 5.0, started_total: 60.0, late_total: 15.0 }),
         )
         .unwrap();
         assert_eq!(
@@ -821,8 +849,16 @@ mod tests {
             (12.0, 3.0, 0.25)
         );
         assert_eq!(r.detail["queue_slo_bound_seconds"], 5.0);
+        assert_eq!((r.detail["queue_started_total"], r.detail["queue_late_total"]), (60.0, 15.0));
         // Nobody left the queue this interval: the rates, but no share (0/0 is not "none late").
-        let r = combine(&cfg(None), &[p], 0, None, Some(QueueRates { started: 0.0, late: 0.0, bound_s: 5.0 })).unwrap();
+        let r = combine(
+            &cfg(None),
+            &[p],
+            0,
+            None,
+            Some(QueueRates { started: 0.0, late: 0.0, bound_s: 5.0, started_total: 0.0, late_total: 0.0 }),
+        )
+        .unwrap();
         assert_eq!(r.detail["queue_started_rate"], 0.0);
         assert!(!r.detail.contains_key("queue_late_share"));
     }
