@@ -91,6 +91,8 @@ ALL_FEATURES = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "metricRelabelings": [{"action": "drop", "regex": "go_.*", "sourceLabels": ["__name__"]}]},
     "history": {"prometheus": "http://prometheus-operated.monitoring:9090", "lookback": "7d"},
+    "networkPolicy": {"enabled": True, "keda": {"podSelector": {"matchLabels": {"app": "keda-operator"}}},
+                      "extraIngress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}], "ports": [{"port": "http"}]}]},
     "grafanaDashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "Platform"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"},
                        "alertLabels": {"team": "ml-platform"}, "lateShare": 0.1},
@@ -309,6 +311,19 @@ def check_scenario(sc, values, docs, notes):
         problem(sc, "capabilities must drop ALL and add none")
     if (csc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
         problem(sc, "seccompProfile must be RuntimeDefault")
+    # A NetworkPolicy selects prescale's pods and admits only through ports the container has.
+    port_names = {p["name"] for p in c.get("ports", [])}
+    for np in by_kind.get("NetworkPolicy", []):
+        if not labels_match(np["spec"]["podSelector"]["matchLabels"], pod_labels):
+            problem(sc, "NetworkPolicy does not select prescale's pods")
+        for rule in np["spec"].get("ingress", []):
+            for p in rule.get("ports", []):
+                if isinstance(p.get("port"), str) and p["port"] not in port_names:
+                    problem(sc, f"NetworkPolicy admits port {p['port']}, which the container does not name")
+        admitted = {p["port"] for r in np["spec"].get("ingress", []) for p in r.get("ports", [])}
+        for needed in ("grpc", "http") + (("https-metrics",) if merged["externalMetrics"]["enabled"] else ()):
+            if needed not in admitted:
+                problem(sc, f"NetworkPolicy shuts out port {needed}, which prescale serves")
     # Probes.
     if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
         problem(sc, "readinessProbe must GET /readyz")
