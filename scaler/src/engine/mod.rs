@@ -105,20 +105,31 @@ fn queue_late_share(signals: &[SignalView]) -> Option<f64> {
     (any && started > 0.0).then(|| (late / started).clamp(0.0, 1.0))
 }
 
-/// Requests scheduled and late so far, summed over the vLLM signals' running totals.
-fn queue_totals(signals: &[SignalView]) -> Option<(f64, f64)> {
-    signals
-        .iter()
-        .filter_map(|s| Some((*s.detail.get("queue_started_total")?, *s.detail.get("queue_late_total")?)))
-        .reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+/// Per signal, its running totals of requests scheduled and late (vLLM signals only).
+fn queue_totals(signals: &[SignalView]) -> Vec<Option<(f64, f64)>> {
+    signals.iter().map(|s| Some((*s.detail.get("queue_started_total")?, *s.detail.get("queue_late_total")?))).collect()
 }
 
-/// What the running totals add since the last ones seen (`None` the first time: a poll shared
-/// with other ScaledObjects counted requests before this one existed; and when a total went
-/// down, as when a poll started again: its new totals are the next baseline).
-fn queue_increments(seen: Option<(f64, f64)>, now: Option<(f64, f64)>) -> Option<(f64, f64)> {
-    let ((s0, l0), (s, l)) = (seen?, now?);
-    (s >= s0 && l >= l0).then_some((s - s0, l - l0))
+/// What the signals' running totals add since those `seen` at earlier ticks, summed, and
+/// `seen` brought up to date. A signal's first totals are a baseline (a poll shared with other
+/// ScaledObjects counted requests before this one existed), as are totals that went down (its
+/// poll started again); a signal without totals this tick keeps its last ones. `None` when no
+/// signal has totals to count from.
+fn queue_increments(seen: &mut Vec<Option<(f64, f64)>>, now: &[Option<(f64, f64)>]) -> Option<(f64, f64)> {
+    seen.resize(now.len(), None);
+    let mut sum = None::<(f64, f64)>;
+    for (was, is) in seen.iter_mut().zip(now) {
+        let Some((s, l)) = *is else { continue };
+        if let Some((s0, l0)) = *was {
+            if s >= s0 && l >= l0 {
+                let acc = sum.get_or_insert((0.0, 0.0));
+                acc.0 += s - s0;
+                acc.1 += l - l0;
+            }
+        }
+        *was = Some((s, l));
+    }
+    sum
 }
 
 type Identity = (String, String, BTreeMap<String, String>);
@@ -643,8 +654,8 @@ struct ScalerState {
     warm: Option<tokio::sync::oneshot::Receiver<String>>,
     /// Arrival-rate estimate from queue deltas and served throughput (`capacityPerReplica`).
     arrivals: predict::ArrivalEstimator,
-    /// The vLLM signals' running totals of scheduled and late requests at the last tick.
-    queue_seen: Option<(f64, f64)>,
+    /// Per signal, the running totals of scheduled and late requests last seen.
+    queue_seen: Vec<Option<(f64, f64)>>,
 }
 
 /// A shared per-pod reading narrowed to the scale target's pods: its last good value and
@@ -678,7 +689,7 @@ impl ScalerState {
             history: None,
             warm: None,
             arrivals: predict::ArrivalEstimator::default(),
-            queue_seen: None,
+            queue_seen: Vec::new(),
         }
     }
 
@@ -810,11 +821,7 @@ impl ScalerState {
         }
         drop(guard);
         let late_share = queue_late_share(&signals);
-        let totals = queue_totals(&signals);
-        let queue_counted = queue_increments(self.queue_seen, totals);
-        if totals.is_some() {
-            self.queue_seen = totals;
-        }
+        let queue_counted = queue_increments(&mut self.queue_seen, &queue_totals(&signals));
         Snapshot {
             tick_ms,
             driver: demand.as_ref().and_then(|d| d.driver).map(|i| signals[i].label.clone()),
@@ -957,17 +964,22 @@ mod tests {
         let sig =
             |s: f64, l: f64| SignalView::with_detail("vllm", &[("queue_started_total", s), ("queue_late_total", l)]);
         let other = SignalView::with_detail("rabbitmq", &[("waiting", 3.0)]);
-        let totals = queue_totals(&[sig(100.0, 5.0), other.clone(), sig(40.0, 1.0)]);
-        assert_eq!(totals, Some((140.0, 6.0)));
-        assert_eq!(queue_totals(&[other]), None);
+        let now = queue_totals(&[sig(100.0, 5.0), other.clone(), sig(40.0, 1.0)]);
+        assert_eq!(now, [Some((100.0, 5.0)), None, Some((40.0, 1.0))]);
+        let mut seen = Vec::new();
         // The first totals seen are a baseline: a shared poll counted them before this
         // ScaledObject existed.
-        assert_eq!(queue_increments(None, totals), None);
-        assert_eq!(queue_increments(totals, Some((152.0, 9.0))), Some((12.0, 3.0)));
-        // The same reading at the next tick adds nothing.
-        assert_eq!(queue_increments(Some((152.0, 9.0)), Some((152.0, 9.0))), Some((0.0, 0.0)));
-        // A poll that started again (its totals went down) is the next baseline, not a count.
-        assert_eq!(queue_increments(Some((152.0, 9.0)), Some((4.0, 1.0))), None);
-        assert_eq!(queue_increments(Some((152.0, 9.0)), None), None);
+        assert_eq!(queue_increments(&mut seen, &now), None);
+        let next = [Some((110.0, 6.0)), None, Some((42.0, 3.0))];
+        assert_eq!(queue_increments(&mut seen, &next), Some((12.0, 3.0)));
+        // The same readings at the next tick add nothing.
+        assert_eq!(queue_increments(&mut seen, &next), Some((0.0, 0.0)));
+        // The second vLLM poll started again (its totals went down): a new baseline, while
+        // the first still counts; a signal without totals this tick keeps its last ones.
+        assert_eq!(queue_increments(&mut seen, &[Some((115.0, 6.0)), None, Some((1.0, 0.0))]), Some((5.0, 0.0)));
+        assert_eq!(queue_increments(&mut seen, &[None, None, Some((3.0, 1.0))]), Some((2.0, 1.0)));
+        assert_eq!(queue_increments(&mut seen, &[Some((120.0, 6.0)), None, Some((3.0, 1.0))]), Some((5.0, 0.0)));
+        assert_eq!(queue_increments(&mut seen, &[None, None, None]), None);
+        assert_eq!(queue_increments(&mut Vec::new(), &queue_totals(&[other])), None);
     }
 }
