@@ -71,8 +71,8 @@ fn band(b: &[Bucket]) -> Vec<(f64, f64)> {
     b.iter().map(|b| (b.x, b.hi)).chain(b.iter().rev().map(|b| (b.x, b.lo))).collect()
 }
 
-/// Height of the late strip, as a share of the left axis. It lies under the lines (drawn
-/// first) and along the bottom: the legend covers the top left.
+/// Height of the late strip, as a share of the left axis. It lies along the bottom, over the
+/// lines (the legend covers the top left of the first panel).
 const LATE_STRIP: f64 = 0.1;
 /// The late strip's colour (solid: a bar is a fact, not a shade).
 const LATE_COLOR: RGBColor = RGBColor(140, 0, 26);
@@ -152,7 +152,11 @@ fn draw_on<DB: DrawingBackend>(
         })
         .fold(1.0, f64::max)
         * 1.1;
-    for (panel, (res, row)) in panels.iter().zip(results.iter().zip(&s.policies)) {
+    // One legend, on the first panel (the series are the same in every panel; the others stay
+    // unobstructed), with the late bars' entry when any panel has them.
+    let any_late = results.iter().any(|r| r.late.iter().any(|l| *l > 0.0));
+    for (k, (panel, (res, row))) in panels.iter().zip(results.iter().zip(&s.policies)).enumerate() {
+        let legend = k == 0;
         let hours: Vec<f64> = res.plan.iter().map(|(t, _)| *t as f64 / 3600.0).collect();
         let demand: Vec<f64> = res.arrivals.iter().map(|a| a / interval / mu).collect();
         let ready: Vec<f64> = res.ready.iter().map(|r| f64::from(*r)).collect();
@@ -208,18 +212,6 @@ fn draw_on<DB: DrawingBackend>(
         } else {
             format!("{span_s:.0} s")
         };
-        let late = late_shares(&hours, &res.late, &res.arrivals, x_max);
-        if !late.is_empty() {
-            let h = LATE_STRIP * y_max;
-            chart
-                .draw_series(late.iter().map(|&(x0, x1, share)| {
-                    // At least a few pixels, so a rare late second still shows.
-                    Rectangle::new([(x0, 0.0), (x1, h * share.max(0.15))], LATE_COLOR.filled())
-                }))
-                .map_err(|e| e.to_string())?
-                .label(format!("late requests (bars along the bottom; taller: a larger share late per {span})"))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], LATE_COLOR.filled()));
-        }
         // The plan's and the ready fleet's ranges within each bucket, under every line.
         for ((label, _, color), b) in series.iter().zip(&bucketed).skip(1) {
             let outline = band(b);
@@ -248,13 +240,32 @@ fn draw_on<DB: DrawingBackend>(
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        // Over the lines: a late bucket is often where a line climbs steeply out of zero, and
+        // a bar under it would be hidden by the line's stroke.
+        let late = late_shares(&hours, &res.late, &res.arrivals, x_max);
+        if !late.is_empty() || (legend && any_late) {
+            let h = LATE_STRIP * y_max;
+            // At least two pixels wide (the plotting area is about 1,250 px), so one late
+            // bucket among a thousand still shows.
+            let min_w = x_max * 2.0 / 1250.0;
+            chart
+                .draw_series(late.iter().map(|&(x0, x1, share)| {
+                    // At least a few pixels high, so a rare late second still shows.
+                    Rectangle::new([(x0, 0.0), (x1.max(x0 + min_w), h * share.max(0.15))], LATE_COLOR.filled())
+                }))
+                .map_err(|e| e.to_string())?
+                .label(format!("late requests (bars along the bottom; taller: a larger share late per {span})"))
+                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], LATE_COLOR.filled()));
+        }
+        if legend {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(())
@@ -378,9 +389,10 @@ mod tests {
     }
 
     /// Every panel draws replicas on one scale, so the policies' fleets compare at a glance,
-    /// although here they reach very different peaks.
+    /// although here they reach very different peaks; one legend (on the first panel) names
+    /// the series for all, the late bars included.
     #[test]
-    fn the_panels_share_one_replica_scale() {
+    fn the_panels_share_one_replica_scale_and_one_legend() {
         let r = spiky_replay();
         let peaks: Vec<u32> = r.results.iter().map(|x| x.ready.iter().copied().max().unwrap_or(0)).collect();
         assert!(peaks.iter().max() > peaks.iter().min(), "the policies' peaks differ: {peaks:?}");
@@ -388,6 +400,8 @@ mod tests {
         let tops = left_axis_tops(&svg);
         assert_eq!(tops.len(), 3, "{tops:?}");
         assert!(tops.iter().all(|t| *t == tops[0] && *t > 0.0), "{tops:?}");
+        assert_eq!(svg.matches("demand (replica-equivalents)").count(), 1, "one legend");
+        assert_eq!(svg.matches("late requests (bars along the bottom").count(), 1, "its late entry");
     }
 
     #[test]
@@ -411,7 +425,9 @@ mod tests {
         let (att, buf, w, h) = spiky_png();
         let strip = (super::LATE_COLOR.0, super::LATE_COLOR.1, super::LATE_COLOR.2);
         for (k, a) in att.iter().enumerate() {
-            let marked = (k as u32 * 330..(k as u32 + 1) * 330)
+            // The lower half of the panel: the bars are along the bottom, the legend (with its
+            // late swatch, in the first panel) at the top.
+            let marked = (k as u32 * 330 + 165..(k as u32 + 1) * 330)
                 .filter(|&y| y < h)
                 .flat_map(|y| (0..w).map(move |x| ((y * w + x) * 3) as usize))
                 .filter(|&i| (buf[i], buf[i + 1], buf[i + 2]) == strip)
