@@ -132,6 +132,10 @@ MUST_FAIL = {
                           "externalMetrics": {"enabled": True, "metrics": [{"name": "LlamaQueue", "metadata": {"a": "b"}}]}}, "lowercase"),
     "positive-priority": ({"headroom": {"priorityClass": {"value": 10}}}, "negative"),
     "alerts-without-their-scrape": ({"prometheusRule": {"enabled": True}}, "prometheusRule.job"),
+    # values.schema.json: a misspelt key or a wrong type is refused, not silently ignored.
+    "misspelt-key": ({"prometheusRule": {"enabeld": True}}, "enabeld"),
+    "wrong-type": ({"replicaCount": "two"}, "replicaCount"),
+    "unknown-pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
 }
 
 # RBAC allow-list: (apiGroup, resource) -> verbs prescale may ever be granted (least privilege).
