@@ -52,8 +52,8 @@ impl Service {
             Err(s) => format!("{:?}", s.code()),
         };
         let m = self.engine.metrics();
-        m.grpc_requests.get_or_create(&vec![("rpc", rpc.to_string()), ("code", code)]).inc();
-        m.grpc_latency.get_or_create(&vec![("rpc", rpc.to_string())]).observe(started.elapsed().as_secs_f64());
+        m.grpc_requests.get_or_create(&vec![("rpc", rpc.to_string()), ("code", code)].into()).inc();
+        m.grpc_latency.get_or_create(&vec![("rpc", rpc.to_string())].into()).observe(started.elapsed().as_secs_f64());
         if let Err(s) = res {
             tracing::debug!(rpc, code = ?s.code(), message = s.message(), "request failed");
         }

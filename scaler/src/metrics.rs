@@ -1,6 +1,7 @@
 //! The scaler's own Prometheus metrics (served on `/metrics`), via `prometheus-client`.
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -8,7 +9,40 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-type Labels = Vec<(&'static str, String)>;
+/// A metric's label set. Each value is escaped as the text format requires (a backslash, `"`
+/// and a line feed become `\\`, `\"` and `\n`) when the page is encoded: prometheus-client
+/// 0.24 writes label values as given, and one `"` in a label (a source's, which names a vLLM
+/// model in quotes or quotes a PromQL query; a ScaledObject name from any gRPC client) made the
+/// whole page unparseable for Prometheus, which then dropped every prescale series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Labels(Vec<(&'static str, String)>);
+
+impl From<Vec<(&'static str, String)>> for Labels {
+    fn from(pairs: Vec<(&'static str, String)>) -> Self {
+        Self(pairs)
+    }
+}
+
+impl EncodeLabelSet for Labels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let escaped: Vec<(&'static str, String)> = self.0.iter().map(|(k, v)| (*k, escape_label_value(v))).collect();
+        escaped.encode(encoder)
+    }
+}
+
+/// A label value as the Prometheus text format writes it between its quotes.
+pub fn escape_label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -187,7 +221,7 @@ mod tests {
     /// each histogram's family name.
     fn every_name() -> BTreeSet<String> {
         let m = Metrics::new();
-        let l: Labels = vec![("k", "v".into())];
+        let l: Labels = vec![("k", "v".to_string())].into();
         for f in [&m.grpc_requests, &m.source_polls, &m.source_errors] {
             f.get_or_create(&l).inc();
         }
@@ -214,6 +248,26 @@ mod tests {
         // A histogram is also named by its family (`…_seconds` for `…_seconds_bucket`).
         let families = samples.iter().filter_map(|n| n.strip_suffix("_bucket")).map(String::from).collect::<Vec<_>>();
         samples.into_iter().chain(families).collect()
+    }
+
+    /// A label value with quotes, backslashes and a line feed (a source naming a vLLM model
+    /// in quotes, a PromQL query) is written escaped, and the page reads back to the value.
+    #[test]
+    fn label_values_are_escaped_so_the_page_parses() {
+        let m = Metrics::new();
+        let source = "prometheus sum(rate(x{job=\"a\\b\"}[1m]))\nvllm model \"meta-llama/x\"".to_string();
+        let l: Labels = vec![("kind", "prometheus".to_string()), ("source", source.clone())].into();
+        m.source_polls.get_or_create(&l).inc();
+        let page = m.render();
+        let line = page.lines().find(|l| l.starts_with("prescale_source_polls_total")).unwrap();
+        assert!(
+            line.contains(r#"source="prometheus sum(rate(x{job=\"a\\b\"}[1m]))\nvllm model \"meta-llama/x\"""#),
+            "{line}"
+        );
+        let series = crate::sources::exposition::parse(&page).unwrap();
+        let read = series.iter().find(|s| s.name == "prescale_source_polls_total").unwrap();
+        assert_eq!(read.labels["source"], source);
+        assert_eq!(escape_label_value("plain ascii-_./:"), "plain ascii-_./:");
     }
 
     /// The `prescale_*` words of a text (metric names, and anything else so spelt).

@@ -264,6 +264,50 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert!(err.message().contains("vllm") && err.message().contains("all 2 vLLM pod(s) failed"), "{}", err.message());
     assert!(active(&mut c, &so).await.is_err(), "IsActive fails too");
+
+    // The page parses as Prometheus reads it, although this source's label quotes the model
+    // name (services.sh installs promtool; its lint remarks are not parse errors).
+    let (_, m) = srv.get("/metrics").await;
+    if let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!said.contains("parsing error"), "promtool cannot parse /metrics: {said}\n{m}");
+    }
+    // The chart's alert tests (tests/alerts) feed promtool series in the names and label names
+    // this server exports, besides the scrape's own `job` and `instance`.
+    let mut exported: HashMap<String, Vec<std::collections::BTreeSet<String>>> = HashMap::new();
+    for (name, labels) in m.lines().filter(|l| !l.starts_with('#')).filter_map(series_label_names) {
+        exported.entry(name).or_default().push(labels);
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/alerts/prescale.test.yaml");
+    let tests: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut checked = std::collections::BTreeSet::new();
+    for s in tests["tests"][0]["input_series"].as_sequence().unwrap() {
+        let (name, mut labels) = series_label_names(s["series"].as_str().unwrap()).unwrap();
+        labels.remove("job");
+        labels.remove("instance");
+        let Some(sets) = exported.get(&name) else { continue };
+        assert!(sets.contains(&labels), "{name}: the alert tests use labels {labels:?}, /metrics has {sets:?}");
+        checked.insert(name);
+    }
+    for name in [
+        "prescale_source_polls_total",
+        "prescale_source_poll_errors_total",
+        "prescale_grpc_requests_total",
+        "prescale_queue_scheduled_requests_total",
+        "prescale_queue_late_requests_total",
+        "prescale_leader",
+    ] {
+        assert!(checked.contains(name), "{name} not compared: {checked:?}");
+    }
     drop((pod_a, pod_b));
 }
 

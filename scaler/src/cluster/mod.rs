@@ -473,7 +473,8 @@ impl Cluster {
 
     fn forget(&self, id: &ScalerId) {
         let removed = write(&self.inner.targets).remove(id);
-        let labels = vec![("namespace", id.namespace.clone()), ("scaledobject", id.name.clone())];
+        let labels: crate::metrics::Labels =
+            vec![("namespace", id.namespace.clone()), ("scaledobject", id.name.clone())].into();
         self.inner.metrics.fit_replicas.remove(&labels);
         self.inner.metrics.headroom_pods.remove(&labels);
         if let (Some(_), Some(client), true) = (removed, self.inner.client.clone(), self.is_leader()) {
@@ -741,7 +742,7 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
     let m = &inner.metrics;
     for (pool, res) in &free_by_pool {
         for (r, v) in res {
-            m.gpu_free.get_or_create(&vec![("nodepool", pool.clone()), ("resource", r.clone())]).set(*v);
+            m.gpu_free.get_or_create(&vec![("nodepool", pool.clone()), ("resource", r.clone())].into()).set(*v);
         }
     }
     let targets: Vec<Arc<Target>> = read(&inner.targets).values().cloned().collect();
@@ -782,12 +783,12 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
                     ("scaledobject", t.id.name.clone()),
                     ("phase", phase.to_string()),
                 ];
-                m.warmup_samples.get_or_create(&base).set(s.len() as i64);
+                m.warmup_samples.get_or_create(&base.clone().into()).set(s.len() as i64);
                 for (q, name) in [(0.5, "0.5"), (0.9, "0.9"), (0.99, "0.99")] {
                     if let Some(v) = s.quantile(q) {
                         let mut l = base.clone();
                         l.push(("quantile", name.to_string()));
-                        m.warmup_seconds.get_or_create(&l).set(v);
+                        m.warmup_seconds.get_or_create(&l.into()).set(v);
                     }
                 }
             }
@@ -803,7 +804,8 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
             v
         };
         let fit = capacity::fit(&info.gpu_requests, &info.placement, &nodes, &caps);
-        let labels = vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())];
+        let labels: crate::metrics::Labels =
+            vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())].into();
         m.fit_replicas.get_or_create(&labels).set(i64::from(fit.fits_now));
         let existing =
             pods.iter().filter(|p| is_placeholder_of(p, &label) && p.metadata.deletion_timestamp.is_none()).count()
@@ -951,8 +953,8 @@ async fn sync_peers(cluster: &Cluster, client: &kube::Client) {
     let failed = view.peers.iter().filter(|p| p.error.is_some()).count();
     // A list that failed is one error: no replica could be read.
     let errors = if view.error.is_some() { 1 } else { failed };
-    m.peers.get_or_create(&vec![("result", "ok".to_string())]).set((view.peers.len() - failed) as i64);
-    m.peers.get_or_create(&vec![("result", "error".to_string())]).set(errors as i64);
+    m.peers.get_or_create(&vec![("result", "ok".to_string())].into()).set((view.peers.len() - failed) as i64);
+    m.peers.get_or_create(&vec![("result", "error".to_string())].into()).set(errors as i64);
     m.adopted.set(view.adopted.len() as i64);
     *lock(&inner.peers) = view;
 }
@@ -1127,7 +1129,8 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         // Placeholders only in headroom mode and not where a static pool is resized instead.
         let placeholders =
             if settings.karpenter_mode == KarpenterMode::Headroom && static_pool.is_none() { n } else { 0 };
-        let labels = vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())];
+        let labels: crate::metrics::Labels =
+            vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())].into();
         inner.metrics.headroom_pods.get_or_create(&labels).set(i64::from(placeholders));
         if placeholders != view.existing_placeholders || placeholders > 0 {
             let owner = if placeholders > 0 {

@@ -395,7 +395,8 @@ impl Engine {
             if let Some(c) = self.inner.cluster.get() {
                 c.untrack(&e.config.id);
             }
-            let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
+            let labels: crate::metrics::Labels =
+                vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())].into();
             self.inner.metrics.demand.remove(&labels);
             self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
@@ -418,11 +419,13 @@ impl Engine {
         let pollers = self.inner.pollers.lock().unwrap_or_else(|e| e.into_inner());
         m.pollers.set(pollers.values().filter(|w| w.strong_count() > 0).count() as i64);
         m.connections
-            .get_or_create(&vec![("kind", "amqp".to_string())])
+            .get_or_create(&vec![("kind", "amqp".to_string())].into())
             .set(self.inner.shared.amqp.open_connections() as i64);
-        m.connections.get_or_create(&vec![("kind", "kafka".to_string())]).set(self.inner.shared.kafka.clients() as i64);
         m.connections
-            .get_or_create(&vec![("kind", "endpointslice_watch".to_string())])
+            .get_or_create(&vec![("kind", "kafka".to_string())].into())
+            .set(self.inner.shared.kafka.clients() as i64);
+        m.connections
+            .get_or_create(&vec![("kind", "endpointslice_watch".to_string())].into())
             .set(self.inner.shared.slices.running() as i64);
     }
 
@@ -567,7 +570,8 @@ async fn run_scaler(
 }
 
 fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
-    let labels = vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())];
+    let labels: crate::metrics::Labels =
+        vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())].into();
     if let Some(d) = snap.demand_replicas {
         metrics.demand.get_or_create(&labels).set(d);
     }

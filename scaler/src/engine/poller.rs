@@ -92,14 +92,17 @@ async fn run(weak: Weak<Poller>, source: Arc<dyn Source>, timeout: Duration, met
         drop(p);
         let result = read_with_retries(&*source, timeout, tick, period, &label).await;
         let Some(p) = weak.upgrade() else { return };
-        let labels = vec![("kind", kind.to_string()), ("source", label.clone())];
+        let labels: crate::metrics::Labels = vec![("kind", kind.to_string()), ("source", label.clone())].into();
         metrics.source_polls.get_or_create(&labels).inc();
         let done_at = now_ms();
         {
             let mut st = p.state.lock().unwrap_or_else(|e| e.into_inner());
             match result {
                 Ok((reading, took)) => {
-                    metrics.source_latency.get_or_create(&vec![("kind", kind.to_string())]).observe(took.as_secs_f64());
+                    metrics
+                        .source_latency
+                        .get_or_create(&vec![("kind", kind.to_string())].into())
+                        .observe(took.as_secs_f64());
                     st.last_good = Some((done_at, reading));
                     st.failures = 0;
                 }
