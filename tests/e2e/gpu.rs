@@ -283,15 +283,21 @@ async fn vllm_endpoints_sum_degrade_and_go_unavailable() {
     }
     // The chart's alert tests (tests/alerts) feed promtool series in the names and label names
     // this server exports, besides the scrape's own `job` and `instance`.
+    // Read with the scaler's own exposition parser (the one its vLLM and DCGM sources use).
+    let names = |s: prescale::sources::exposition::Series| {
+        (s.name, s.labels.into_keys().collect::<std::collections::BTreeSet<String>>())
+    };
     let mut exported: HashMap<String, Vec<std::collections::BTreeSet<String>>> = HashMap::new();
-    for (name, labels) in m.lines().filter(|l| !l.starts_with('#')).filter_map(series_label_names) {
+    for (name, labels) in prescale::sources::exposition::parse(&m).unwrap().into_iter().map(names) {
         exported.entry(name).or_default().push(labels);
     }
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/alerts/prescale.test.yaml");
     let tests: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut checked = std::collections::BTreeSet::new();
     for s in tests["tests"][0]["input_series"].as_sequence().unwrap() {
-        let (name, mut labels) = series_label_names(s["series"].as_str().unwrap()).unwrap();
+        // A series selector with a value is an exposition line.
+        let line = format!("{} 0", s["series"].as_str().unwrap());
+        let (name, mut labels) = names(prescale::sources::exposition::parse(&line).unwrap().remove(0));
         labels.remove("job");
         labels.remove("instance");
         let Some(sets) = exported.get(&name) else { continue };

@@ -353,39 +353,3 @@ pub fn prescale(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
-
-/// A series' name and label names, from an exposition line (`name{a="x",b="y"} 1`) or a
-/// PromQL series selector (`name{a="x"}`). Quoted values may hold `,`, `}` and escapes.
-pub fn series_label_names(text: &str) -> Option<(String, std::collections::BTreeSet<String>)> {
-    let text = text.trim();
-    let end = text.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(text.len());
-    let name = text[..end].to_string();
-    let mut labels = std::collections::BTreeSet::new();
-    if !text[end..].starts_with('{') {
-        return (!name.is_empty()).then_some((name, labels));
-    }
-    let (mut key, mut in_value, mut escaped) = (String::new(), false, false);
-    for c in text[end + 1..].chars() {
-        if in_value {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_value = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_value = true;
-                let k = key.trim().trim_end_matches(['=', '~', '!']).trim().to_string();
-                labels.insert(k);
-                key.clear();
-            }
-            ',' => key.clear(),
-            '}' => return Some((name, labels)),
-            c => key.push(c),
-        }
-    }
-    None
-}
