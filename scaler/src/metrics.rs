@@ -17,6 +17,13 @@ use std::sync::atomic::AtomicU64;
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Labels(Vec<(&'static str, String)>);
 
+impl Labels {
+    /// `namespace` and `scaledobject`: the labels of every per-ScaledObject series.
+    pub fn scaled_object(id: &crate::config::ScalerId) -> Self {
+        Self(vec![("namespace", id.namespace.clone()), ("scaledobject", id.name.clone())])
+    }
+}
+
 impl From<Vec<(&'static str, String)>> for Labels {
     fn from(pairs: Vec<(&'static str, String)>) -> Self {
         Self(pairs)

@@ -473,8 +473,7 @@ impl Cluster {
 
     fn forget(&self, id: &ScalerId) {
         let removed = write(&self.inner.targets).remove(id);
-        let labels: crate::metrics::Labels =
-            vec![("namespace", id.namespace.clone()), ("scaledobject", id.name.clone())].into();
+        let labels = crate::metrics::Labels::scaled_object(id);
         self.inner.metrics.fit_replicas.remove(&labels);
         self.inner.metrics.headroom_pods.remove(&labels);
         if let (Some(_), Some(client), true) = (removed, self.inner.client.clone(), self.is_leader()) {
@@ -804,8 +803,7 @@ fn refresh_once(inner: &Inner, stores: &Stores) {
             v
         };
         let fit = capacity::fit(&info.gpu_requests, &info.placement, &nodes, &caps);
-        let labels: crate::metrics::Labels =
-            vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())].into();
+        let labels = crate::metrics::Labels::scaled_object(&t.id);
         m.fit_replicas.get_or_create(&labels).set(i64::from(fit.fits_now));
         let existing =
             pods.iter().filter(|p| is_placeholder_of(p, &label) && p.metadata.deletion_timestamp.is_none()).count()
@@ -1129,8 +1127,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         // Placeholders only in headroom mode and not where a static pool is resized instead.
         let placeholders =
             if settings.karpenter_mode == KarpenterMode::Headroom && static_pool.is_none() { n } else { 0 };
-        let labels: crate::metrics::Labels =
-            vec![("namespace", t.id.namespace.clone()), ("scaledobject", t.id.name.clone())].into();
+        let labels = crate::metrics::Labels::scaled_object(&t.id);
         inner.metrics.headroom_pods.get_or_create(&labels).set(i64::from(placeholders));
         if placeholders != view.existing_placeholders || placeholders > 0 {
             let owner = if placeholders > 0 {

@@ -395,8 +395,7 @@ impl Engine {
             if let Some(c) = self.inner.cluster.get() {
                 c.untrack(&e.config.id);
             }
-            let labels: crate::metrics::Labels =
-                vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())].into();
+            let labels = crate::metrics::Labels::scaled_object(&e.config.id);
             self.inner.metrics.demand.remove(&labels);
             self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
@@ -570,8 +569,7 @@ async fn run_scaler(
 }
 
 fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
-    let labels: crate::metrics::Labels =
-        vec![("namespace", e.config.id.namespace.clone()), ("scaledobject", e.config.id.name.clone())].into();
+    let labels = crate::metrics::Labels::scaled_object(&e.config.id);
     if let Some(d) = snap.demand_replicas {
         metrics.demand.get_or_create(&labels).set(d);
     }

@@ -93,7 +93,7 @@ impl SliceWatches {
             .iter()
             .filter_map(|((ns, svc), w)| {
                 let w = w.upgrade()?;
-                let h = w.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default();
+                let h = w.health();
                 Some(serde_json::json!({
                     "service": format!("{ns}/{svc}"),
                     "read": trusted(&h, now_ms).err().map_or_else(|| "from the watch".to_string(), |why| format!("listed each poll: {why}")),
@@ -132,8 +132,11 @@ impl SliceWatch {
     /// The Service's slices at `now_ms`, or why the watch cannot give them now (see
     /// [`trusted`]).
     pub fn slices(&self, now_ms: u64) -> Result<Vec<Arc<EndpointSlice>>, String> {
-        let h = self.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default();
-        trusted(&h, now_ms).map(|()| self.store.state())
+        trusted(&self.health(), now_ms).map(|()| self.store.state())
+    }
+
+    fn health(&self) -> WatchHealth {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).get(WHAT).cloned().unwrap_or_default()
     }
 }
 
