@@ -142,25 +142,28 @@ fn draw_on<DB: DrawingBackend>(
     let panels = root.split_evenly((n, 1));
     let interval = s.scenario.interval as f64;
     let mu = s.scenario.capacity;
+    // Each panel's demand, ready fleet and plan, in replicas.
+    let fleets: Vec<[Vec<f64>; 3]> = results
+        .iter()
+        .map(|r| {
+            [
+                r.arrivals.iter().map(|a| a / interval / mu).collect(),
+                r.ready.iter().map(|x| f64::from(*x)).collect(),
+                r.plan.iter().map(|(_, d)| f64::from(*d)).collect(),
+            ]
+        })
+        .collect();
     // One replica scale for every panel, so the policies' fleets compare at a glance (the
     // backlog keeps its own right-hand scale: it spans orders of magnitude between them).
-    let y_max = results
-        .iter()
-        .flat_map(|r| {
-            let demand = r.arrivals.iter().map(move |a| a / interval / mu);
-            demand.chain(r.ready.iter().map(|x| f64::from(*x))).chain(r.plan.iter().map(|(_, d)| f64::from(*d)))
-        })
-        .fold(1.0, f64::max)
-        * 1.1;
+    let y_max = fleets.iter().flatten().flatten().copied().fold(1.0, f64::max) * 1.1;
     // One legend, on the first panel (the series are the same in every panel; the others stay
     // unobstructed), with the late bars' entry when any panel has them.
     let any_late = results.iter().any(|r| r.late.iter().any(|l| *l > 0.0));
-    for (k, (panel, (res, row))) in panels.iter().zip(results.iter().zip(&s.policies)).enumerate() {
+    for (k, (panel, ((res, row), [demand, ready, plan]))) in
+        panels.iter().zip(results.iter().zip(&s.policies).zip(&fleets)).enumerate()
+    {
         let legend = k == 0;
         let hours: Vec<f64> = res.plan.iter().map(|(t, _)| *t as f64 / 3600.0).collect();
-        let demand: Vec<f64> = res.arrivals.iter().map(|a| a / interval / mu).collect();
-        let ready: Vec<f64> = res.ready.iter().map(|r| f64::from(*r)).collect();
-        let plan: Vec<f64> = res.plan.iter().map(|(_, d)| f64::from(*d)).collect();
         let backlog: Vec<f64> = res.backlog_max.clone();
         let x_max = hours.last().copied().unwrap_or(1.0).max(1e-3) + interval / 3600.0;
         let b_max = backlog.iter().copied().fold(1.0, f64::max) * 1.1;
@@ -197,9 +200,9 @@ fn draw_on<DB: DrawingBackend>(
             .label("backlog (right)")
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 18, y + 4)], backlog_color.mix(0.35).filled()));
         let series: [(&str, &Vec<f64>, RGBColor); 3] = [
-            ("demand (replica-equivalents)", &demand, RGBColor(127, 127, 127)),
-            ("ready replicas", &ready, RGBColor(31, 119, 180)),
-            ("plan (desired)", &plan, RGBColor(255, 127, 14)),
+            ("demand (replica-equivalents)", demand, RGBColor(127, 127, 127)),
+            ("ready replicas", ready, RGBColor(31, 119, 180)),
+            ("plan (desired)", plan, RGBColor(255, 127, 14)),
         ];
         let bucketed: Vec<Vec<Bucket>> = series.iter().map(|(_, ys, _)| buckets(&hours, ys)).collect();
         // What one drawn point spans, for the legend (e.g. "13.5 min" on a 14-day replay).
