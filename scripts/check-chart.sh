@@ -44,6 +44,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -583,16 +584,28 @@ def check_values_documented(defaults):
 ALERT_TESTS = "tests/alerts/prescale.test.yaml"
 
 
+def promtool(scope, args, files):
+    """Write `files` ({name: YAML document}) to a temporary directory and run
+    `promtool ARGS`, where each file name in ARGS stands for its path; a failure is a problem
+    of `scope`. A document may name another file by its name: `rule_files` is rewritten."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = {name: os.path.join(tmp, name) for name in files}
+        for name, doc in files.items():
+            if "rule_files" in doc:
+                doc = dict(doc, rule_files=[path[f] for f in doc["rule_files"]])
+            with open(path[name], "w") as f:
+                yaml.safe_dump(doc, f, sort_keys=False)
+        out = subprocess.run(["promtool", *(path.get(a, a) for a in args)], text=True, capture_output=True)
+    if out.returncode != 0:
+        problem(scope, f"promtool {' '.join(args[:2])}:\n{out.stdout}{out.stderr}")
+
+
 def check_alerts(chart):
     """The PrometheusRule's rules pass `promtool check rules` and the unit tests in
     ALERT_TESTS (`promtool test rules`). (That they name only metrics prescale exports is a
     unit test of `scaler/src/metrics.rs`.)"""
-    import shutil
-    import tempfile
-
-    if shutil.which("promtool") is None:
-        problem("alerts", "promtool not found (scripts/services.sh installs Debian's prometheus, which has it)")
-        return
     docs, _ = render(chart, {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}})
     rules = [d for _, d in docs if d["kind"] == "PrometheusRule"]
     if len(rules) != 1:
@@ -600,8 +613,8 @@ def check_alerts(chart):
         return
     groups = rules[0]["spec"]["groups"]
     own, _ = render(chart, {"prometheusRule": {"enabled": True, "job": "kubernetes-pods"}})
-    for _, d in own:
-        for r in (r for g in d["spec"]["groups"] for r in g["rules"]) if d["kind"] == "PrometheusRule" else []:
+    for d in (d for _, d in own if d["kind"] == "PrometheusRule"):
+        for r in (r for g in d["spec"]["groups"] for r in g["rules"]):
             if 'job="kubernetes-pods"' not in r["expr"]:
                 problem("alerts", f"{r['alert']} does not select prometheusRule.job: {r['expr']}")
     described = {r["alert"]: r["annotations"]["description"] for g in groups for r in g["rules"]}
@@ -617,18 +630,10 @@ def check_alerts(chart):
     tested = {c["alertname"] for t in tests["tests"] for c in t["alert_rule_test"] if c.get("exp_alerts")}
     for name in sorted(set(described) - tested):
         problem("alerts", f"{name} has no test in {ALERT_TESTS} that makes it fire")
-    with tempfile.TemporaryDirectory() as tmp:
-        rules_path = os.path.join(tmp, "rules.yaml")
-        with open(rules_path, "w") as f:
-            yaml.safe_dump({"groups": groups}, f, sort_keys=False)
-        tests["rule_files"] = [rules_path]
-        tests_path = os.path.join(tmp, "tests.yaml")
-        with open(tests_path, "w") as f:
-            yaml.safe_dump(tests, f, sort_keys=False)
-        for args in (["check", "rules", rules_path], ["test", "rules", tests_path]):
-            out = subprocess.run(["promtool", *args], text=True, capture_output=True)
-            if out.returncode != 0:
-                problem("alerts", f"promtool {' '.join(args[:2])}:\n{out.stdout}{out.stderr}")
+    tests["rule_files"] = ["rules.yaml"]
+    files = {"rules.yaml": {"groups": groups}, "tests.yaml": tests}
+    promtool("alerts", ["check", "rules", "rules.yaml"], files)
+    promtool("alerts", ["test", "rules", "tests.yaml"], files)
     print(f"check-chart: alerts: {len(described)} rules, promtool check and test rules "
           f"({sum(len(t['alert_rule_test']) for t in tests['tests'])} cases)")
 
@@ -637,8 +642,6 @@ def check_dashboard(chart):
     """The Grafana dashboard ships unchanged in its ConfigMap, its layout and variables hold
     together, and every query parses as PromQL (`promtool check rules`, with Grafana's
     variables replaced by values)."""
-    import tempfile
-
     path = os.path.join(CHART, "dashboards", "prescale.json")
     with open(path) as f:
         dash = json.load(f)
@@ -679,13 +682,7 @@ def check_dashboard(chart):
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:query_{i}", "expr": re.sub(r"\$\{?(\w+)\}?", lambda m: "5m" if m.group(1).startswith("__") else ".*", e)}
         for i, (_, e) in enumerate(exprs)]}]}
-    with tempfile.TemporaryDirectory() as tmp:
-        rules_path = os.path.join(tmp, "dashboard-queries.yaml")
-        with open(rules_path, "w") as f:
-            yaml.safe_dump(rules, f)
-        out = subprocess.run(["promtool", "check", "rules", rules_path], text=True, capture_output=True)
-        if out.returncode != 0:
-            problem("dashboard", f"promtool check rules on the dashboard's queries:\n{out.stdout}{out.stderr}")
+    promtool("dashboard", ["check", "rules", "queries.yaml"], {"queries.yaml": rules})
     print(f"check-chart: dashboard: {len(dash['panels'])} panels, {len(exprs)} queries parsed by promtool")
 
 
@@ -704,8 +701,11 @@ def main():
     with helm.Chart.load(CHART) as chart:
         defaults = chart.values
         check_values_documented(defaults)
-        check_alerts(chart)
-        check_dashboard(chart)
+        if shutil.which("promtool"):
+            check_alerts(chart)
+            check_dashboard(chart)
+        else:
+            problem("alerts", "promtool not found (scripts/services.sh installs Debian's prometheus, which has it)")
         for sc, over in SCENARIOS.items():
             merged = deep_merge(defaults, over)
             try:
