@@ -2,6 +2,8 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+
+use crate::sources::exposition::escape_label_value;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -35,20 +37,6 @@ impl EncodeLabelSet for Labels {
         let escaped: Vec<(&'static str, String)> = self.0.iter().map(|(k, v)| (*k, escape_label_value(v))).collect();
         escaped.encode(encoder)
     }
-}
-
-/// A label value as the Prometheus text format writes it between its quotes.
-pub fn escape_label_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 pub struct Metrics {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::config::ScalerId;
 use crate::replay::prom::{fetch_series, RangeQuery, Series};
+use crate::sources::exposition::escape_label_value;
 
 /// Where the history lives and how far back it is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,11 +22,6 @@ pub struct HistoryOptions {
 /// The longest fetch a ScaledObject's first tick waits for (KEDA's fallback covers the wait).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A label value inside double quotes in PromQL.
-fn quote(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
 /// The query for one ScaledObject's observed demand: the max over prescale replicas (all of
 /// them plan the same tick from the same readings, so they agree; any one that was up counts).
 ///
@@ -37,7 +33,7 @@ fn quote(v: &str) -> String {
 /// ScaledObject's namespace, it would also match same-named ScaledObjects of every other
 /// namespace).
 pub fn query_for(id: &ScalerId) -> String {
-    let (ns, name) = (quote(&id.namespace), quote(&id.name));
+    let (ns, name) = (escape_label_value(&id.namespace), escape_label_value(&id.name));
     format!(
         "max(prescale_observed_demand_replicas{{namespace=\"{ns}\",exported_namespace=\"\",scaledobject=\"{name}\"}} \
          or prescale_observed_demand_replicas{{exported_namespace=\"{ns}\",scaledobject=\"{name}\"}})"

@@ -132,6 +132,21 @@ fn encode_line(line: &str) -> String {
     }
 }
 
+/// A label value as the Prometheus text format writes it between its quotes (a backslash,
+/// `"` and a line feed escaped), which is also how a PromQL string literal spells it.
+pub fn escape_label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Parse exposition text into its plain samples (counter, gauge, untyped).
 pub fn parse(text: &str) -> Result<Vec<Series>, SourceError> {
     let lines = text.lines().map(|l| Ok(encode_line(l)));
@@ -312,7 +327,7 @@ mod tests {
         fn never_panics_and_label_values_round_trip(garbage in "\\PC{0,80}", value in "\\PC{0,24}") {
             let _ = parse(&garbage);
             let _ = parse(&format!("m{{{garbage} 1\n"));
-            let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let escaped = escape_label_value(&value);
             let s = parse(&format!("vllm:x{{a=\"{escaped}\",b=\"1\"}} 2\n")).unwrap();
             proptest::prop_assert_eq!(s.len(), 1);
             proptest::prop_assert_eq!(s[0].label("a"), Some(value.as_str()));
