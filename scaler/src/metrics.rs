@@ -50,7 +50,12 @@ pub struct Metrics {
     /// What the planner observed (demand, or the arrival rate over `capacityPerReplica` when
     /// larger): the history `serve --history-prometheus` warms a restarted replica from.
     pub observed_demand: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// What KEDA or the HPA is answered.
     pub planned: Family<Labels, Gauge<i64>>,
+    /// What the planner decided, in any mode where it runs (absent while it does not).
+    pub planner: Family<Labels, Gauge<i64>>,
+    /// What the reactive rule asks (always computed once the ScaledObject has a reading).
+    pub reactive: Family<Labels, Gauge<i64>>,
     /// Share of the requests vLLM scheduled over the last poll after waiting past `sloSeconds`.
     pub queue_late_share: Family<Labels, Gauge<f64, AtomicU64>>,
     /// Requests vLLM scheduled for the ScaledObject's pods, and of them those that had waited
@@ -98,6 +103,8 @@ impl Metrics {
         let demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let observed_demand = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let planned = Family::<Labels, Gauge<i64>>::default();
+        let planner = Family::<Labels, Gauge<i64>>::default();
+        let reactive = Family::<Labels, Gauge<i64>>::default();
         let queue_late_share = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let queue_scheduled = Family::<Labels, Counter<f64, AtomicU64>>::default();
         let queue_late = Family::<Labels, Counter<f64, AtomicU64>>::default();
@@ -123,7 +130,21 @@ impl Metrics {
             "Demand the planner observed per ScaledObject, replica-equivalents (its warm-start history)",
             observed_demand.clone(),
         );
-        registry.register("planned_replicas", "Planned replicas per ScaledObject", planned.clone());
+        registry.register(
+            "planned_replicas",
+            "Replicas answered to KEDA or the HPA per ScaledObject (the planner's in mode predictive, else the reactive rule's)",
+            planned.clone(),
+        );
+        registry.register(
+            "planner_replicas",
+            "Replicas the planner decided per ScaledObject, whichever mode answers (in mode shadow: what it would have answered)",
+            planner.clone(),
+        );
+        registry.register(
+            "reactive_replicas",
+            "Replicas the reactive rule (ceil of the demand in replica-equivalents) asks per ScaledObject",
+            reactive.clone(),
+        );
         registry.register(
             "queue_late_share",
             "Share of the requests vLLM scheduled over the last poll that had waited longer than sloSeconds, per ScaledObject",
@@ -176,6 +197,8 @@ impl Metrics {
             demand,
             observed_demand,
             planned,
+            planner,
+            reactive,
             queue_late_share,
             queue_scheduled,
             queue_late,
@@ -229,9 +252,17 @@ mod tests {
         for f in [&m.demand, &m.observed_demand, &m.queue_late_share, &m.warmup_seconds] {
             f.get_or_create(&l).set(1.0);
         }
-        for f in
-            [&m.planned, &m.connections, &m.warmup_samples, &m.gpu_free, &m.fit_replicas, &m.headroom_pods, &m.peers]
-        {
+        for f in [
+            &m.planned,
+            &m.planner,
+            &m.reactive,
+            &m.connections,
+            &m.warmup_samples,
+            &m.gpu_free,
+            &m.fit_replicas,
+            &m.headroom_pods,
+            &m.peers,
+        ] {
             f.get_or_create(&l).set(1);
         }
         let samples: BTreeSet<String> = m

@@ -87,9 +87,12 @@ async fn http_endpoints_and_graceful_sigterm() {
         "prescale_source_poll_duration_seconds_bucket",
         "prescale_planned_replicas{namespace=\"ml\",scaledobject=\"dbg\"} 0",
         "prescale_demand_replicas{namespace=\"ml\",scaledobject=\"dbg\"}",
+        "prescale_reactive_replicas{namespace=\"ml\",scaledobject=\"dbg\"} 0",
     ] {
         assert!(m.contains(want), "/metrics lacks {want}:\n{m}");
     }
+    // `mode: reactive` runs no planner, so it has no planner series (never a made-up 0).
+    assert!(!m.contains("prescale_planner_replicas{namespace=\"ml\",scaledobject=\"dbg\"}"), "{m}");
     let (code, d) = srv.get("/debug/scalers").await;
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&d).unwrap();
@@ -169,6 +172,21 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     assert!(sh["snapshot"]["reason"].as_str().unwrap().starts_with("shadow:"), "{sh}");
     assert!(sh["snapshot"]["planner"]["desired"].is_u64(), "shadow exposes what the planner would do: {sh}");
     assert_eq!(sh["snapshot"]["reactiveReplicas"], 3);
+    // ...and on /metrics, so a shadow run can be compared with the answers over days: the
+    // answer, the reactive rule's count and the planner's, each per ScaledObject.
+    let (_, page) = srv.get("/metrics").await;
+    let gauge = |name: &str, so: &str| {
+        prescale::sources::exposition::parse(&page)
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == name && x.label("scaledobject") == Some(so) && x.label("namespace") == Some("ml"))
+            .map(|x| x.value)
+    };
+    assert_eq!(gauge("prescale_planned_replicas", "shadow"), Some(3.0), "{page}");
+    assert_eq!(gauge("prescale_reactive_replicas", "shadow"), Some(3.0), "{page}");
+    let planner = gauge("prescale_planner_replicas", "shadow").unwrap_or_else(|| panic!("no planner gauge: {page}"));
+    assert!(planner >= 3.0, "the planner never plans below the current demand: {page}");
+    assert!(gauge("prescale_planner_replicas", "predictive").is_some(), "{page}");
     let pr = find("predictive");
     assert!(pr["snapshot"]["reason"].as_str().unwrap().starts_with("planner:"), "{pr}");
     assert_eq!(pr["snapshot"]["planner"]["warmupPlannedSeconds"], 120.0);

@@ -549,16 +549,23 @@ fn env_for(kc: &str) -> Vec<(&str, &str)> {
     vec![("KUBECONFIG", kc), ("PRESCALE_LEASE_SECONDS", "3"), ("PRESCALE_LEASE_NAMESPACE", "prescale")]
 }
 
+/// The seeded fake API, a fake Prometheus answering `demand` (which the test may move) and a
+/// prescale server on both.
+async fn seeded_with_demand(demand: f64) -> (FakeApi, Arc<Mutex<f64>>, String, Server) {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let demand = Arc::new(Mutex::new(demand));
+    let prom = fake_prometheus(demand.clone()).await;
+    let kc = kubeconfig(&api.url());
+    let server = Server::start_with_env(&[], &env_for(&kc));
+    (api, demand, prom, server)
+}
+
 // === tests ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_replicas_land() {
-    let api = FakeApi::start().await;
-    seed(&api);
-    let demand = Arc::new(Mutex::new(6.0));
-    let prom = fake_prometheus(demand.clone()).await;
-    let kc = kubeconfig(&api.url());
-    let server = Server::start_with_env(&[], &env_for(&kc));
+    let (api, _demand, prom, server) = seeded_with_demand(6.0).await;
     let mut c = server.client().await;
     let llama = sref("llm", "llama", &md(&prom, &[("warmupSeconds", "auto"), ("karpenterMode", "headroom")]));
     let phi = sref("llm", "phi", &md(&prom, &[("karpenterMode", "off")]));
@@ -703,6 +710,78 @@ async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_repl
     // karpenterMode: off never wrote for phi.
     assert!(api.list(PODS, Some("llm"), "prescale.io/headroom-for=llm.phi").is_empty());
     assert!(metric(&mut c, &llama).await.is_ok());
+}
+
+/// A ScaledObject's gauges on `/metrics` by name (`prescale_planned_replicas` → answered,
+/// `prescale_planner_replicas`, `prescale_reactive_replicas`), for `llm/{name}`.
+async fn replica_gauges(s: &Server, name: &str) -> BTreeMap<String, f64> {
+    let (_, page) = s.get("/metrics").await;
+    prescale::sources::exposition::parse(&page)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|x| {
+            x.name.ends_with("_replicas")
+                && x.label("namespace") == Some("llm")
+                && x.label("scaledobject") == Some(name)
+        })
+        .map(|x| (x.name, x.value))
+        .collect()
+}
+
+/// `mode: shadow` answers KEDA reactively and must not act on the plan it only shows: the
+/// cluster is told the answer, so no GPU node is launched for replicas KEDA will not create.
+/// Until session 34 the planner's count went to the headroom writer in every mode; here,
+/// after demand falls from 6 to 1, the planner holds its fleet for the warm-up while the
+/// reactive answer drops, and the placeholders sized from the planner's count stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_writes_headroom_for_the_reactive_answer_and_exports_the_planner_beside_it() {
+    let (api, demand, prom, server) = seeded_with_demand(6.0).await;
+    let c = server.client().await;
+    let llama = sref(
+        "llm",
+        "llama",
+        &md(&prom, &[("karpenterMode", "headroom"), ("mode", "shadow"), ("warmupSeconds", "600")]),
+    );
+    eventually(20, "the reactive answer for 6", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { (metric(&mut c, &r).await.ok()? == 6).then_some(()) }
+    })
+    .await;
+    // 6 answered, 3 replicas exist and 1 more fits: 2 placeholders.
+    eventually(20, "placeholders for the answer", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 2).then_some(()) }
+    })
+    .await;
+
+    *demand.lock().unwrap() = 1.0;
+    // The planner holds (it scales in only once the forecast over the warm-up stays low);
+    // KEDA is answered 1, and that is what the cluster plans for.
+    let (d, gauges) = eventually(20, "the answer falls to 1 while the planner holds", || {
+        let s = &server;
+        async move {
+            let d = debug_of(s, "llama").await;
+            let planner = d["snapshot"]["planner"]["desired"].as_u64()?;
+            let g = replica_gauges(s, "llama").await;
+            let exported = g.get("prescale_planner_replicas").copied()?;
+            (d["snapshot"]["replicas"] == 1 && planner > 1 && exported > 1.0).then_some((d, g))
+        }
+    })
+    .await;
+    assert_eq!(d["snapshot"]["reactiveReplicas"], 1, "{d}");
+    assert!(d["snapshot"]["reason"].as_str().unwrap_or("").starts_with("shadow:"), "{d}");
+    assert_eq!(d["cluster"]["plan"]["desired"], 1, "the cluster follows the answer, not the shadow plan: {d}");
+    assert_eq!(gauges.get("prescale_planned_replicas"), Some(&1.0), "{gauges:?}");
+    assert_eq!(gauges.get("prescale_reactive_replicas"), Some(&1.0), "{gauges:?}");
+    eventually(20, "placeholders gone with the answer", || {
+        let api = api.clone();
+        async move { placeholders(&api).is_empty().then_some(()) }
+    })
+    .await;
+    // Still held on the planner's side: the placeholders went because of the mode.
+    let d = debug_of(&server, "llama").await;
+    assert!(d["snapshot"]["planner"]["desired"].as_u64().unwrap_or(0) > 1, "{d}");
+    assert!(placeholders(&api).is_empty());
 }
 
 /// `spec.replicas` of the static `gpu-mig` pool, when it has one.

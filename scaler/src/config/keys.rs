@@ -37,7 +37,7 @@ pub const KEYS: &[KeyDoc] = &[
     k("staleAfterSeconds", "general", "30", "A signal whose last good read is older than this makes GetMetrics/IsActive fail with UNAVAILABLE (KEDA's fallback applies).", "30"),
     k("sourceTimeoutSeconds", "general", "2", "Timeout of one source read (retried with jittered backoff within the sample period).", "2"),
     // planner
-    k("mode", "planner", "predictive", "`predictive`: answer the planner's replicas; `shadow`: answer reactively and expose what the planner would do; `reactive`: reactive only.", "shadow"),
+    k("mode", "planner", "predictive", "`predictive`: answer the planner's replicas; `shadow`: answer reactively and expose what the planner would do (`prescale_planner_replicas`), acting on the cluster only for the answer; `reactive`: reactive only.", "shadow"),
     k("warmupSeconds", "planner", "180", "Seconds from a replica's start until it serves (node + image pull + model load), or `auto` to measure it from the cluster.", "240"),
     k("capacityPerReplica", "planner", "—", "Requests/s one replica serves at SLO; when set, demand is planned as an arrival rate.", "1.5"),
     k("sloSeconds", "planner", "5", "Queueing delay a request may see; the planner drains backlog within it, and a vLLM signal measures against it the share of requests that waited longer (`prescale_queue_late_share`).", "5"),

@@ -73,6 +73,11 @@ pub struct Snapshot {
     pub reason: String,
     /// The reactive answer (always computed, for comparison and shadow mode).
     pub reactive_replicas: u32,
+    /// What the planner decided this tick, whichever mode answers (None while it does not
+    /// run: `mode: reactive`, warming from its history, disabled, or restarting after a
+    /// failure). Exported as `prescale_planner_replicas`, so `mode: shadow` can be compared
+    /// with the answers over days rather than one `/debug/scalers` page at a time.
+    pub planner_replicas: Option<u32>,
     /// The planner's view (forecast, plan, reason) when it runs.
     pub planner: Option<serde_json::Value>,
     /// The demand the planner observed this tick (replica-equivalents), exported as
@@ -399,6 +404,8 @@ impl Engine {
             self.inner.metrics.demand.remove(&labels);
             self.inner.metrics.observed_demand.remove(&labels);
             self.inner.metrics.planned.remove(&labels);
+            self.inner.metrics.planner.remove(&labels);
+            self.inner.metrics.reactive.remove(&labels);
             self.inner.metrics.queue_late_share.remove(&labels);
             self.inner.metrics.queue_scheduled.remove(&labels);
             self.inner.metrics.queue_late.remove(&labels);
@@ -577,18 +584,34 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         metrics.observed_demand.get_or_create(&labels).set(d);
     }
     metrics.planned.get_or_create(&labels).set(i64::from(snap.replicas));
-    if let Some(x) = snap.queue_late_share {
-        metrics.queue_late_share.get_or_create(&labels).set(x);
-    } else if e
+    if snap.demand_replicas.is_some() {
+        metrics.reactive.get_or_create(&labels).set(i64::from(snap.reactive_replicas));
+    }
+    // Removed only where the last tick set them: most ScaledObjects have no vLLM signal, a
+    // `mode: reactive` one no planner, and a removal takes the family's write lock.
+    let (had_late_share, had_planner) = e
         .snapshot
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .is_some_and(|s| s.queue_late_share.is_some())
-    {
-        // Removed only where the last tick set it: most ScaledObjects have no vLLM signal, and
-        // a removal takes the family's write lock on every tick.
-        metrics.queue_late_share.remove(&labels);
+        .map_or((false, false), |s| (s.queue_late_share.is_some(), s.planner_replicas.is_some()));
+    match snap.queue_late_share {
+        Some(x) => {
+            metrics.queue_late_share.get_or_create(&labels).set(x);
+        }
+        None if had_late_share => {
+            metrics.queue_late_share.remove(&labels);
+        }
+        None => {}
+    }
+    match snap.planner_replicas {
+        Some(n) => {
+            metrics.planner.get_or_create(&labels).set(i64::from(n));
+        }
+        None if had_planner => {
+            metrics.planner.remove(&labels);
+        }
+        None => {}
     }
     if let Some((scheduled, late)) = snap.queue_counted {
         metrics.queue_scheduled.get_or_create(&labels).inc_by(scheduled);
@@ -753,6 +776,7 @@ impl ScalerState {
             .map(|d| predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica));
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
         let mut planner_failed = false;
+        let mut planner_replicas = None;
         if let (Some(p), Some(observed)) = (guard.as_mut(), observed_demand) {
             // cluster: `warmupSeconds: auto` plans with the measured warm-up once there is one.
             if let (crate::config::Warmup::Auto, Some(c)) = (self.config.planner.warmup, &self.cluster) {
@@ -774,9 +798,7 @@ impl ScalerState {
             match guarded(&self.config.id, || p.step(tick_ms as f64 / 1000.0, observed)) {
                 None => planner_failed = true,
                 Some(dec) => {
-                    if let Some(c) = &self.cluster {
-                        c.report_plan(&self.config.id, dec.desired);
-                    }
+                    planner_replicas = Some(dec.desired);
                     let why = match &p.tolerance_note {
                         Some(note) => format!("{}; {note}", dec.reason),
                         None => dec.reason.to_string(),
@@ -818,8 +840,12 @@ impl ScalerState {
             *guard = new_predictor(&self.config).ok();
             answer.1 = format!("{reactive_reason} (the planner failed on this tick and restarts cold; see the log)");
         }
-        if let (None, Some(c), Some(_)) = (guard.as_ref(), &self.cluster, demand.as_ref()) {
-            c.report_plan(&self.config.id, answer.0); // reactive mode: the answer is the plan
+        // The cluster (headroom placeholders, NodePool hints, static pool sizes, the peers'
+        // reports) acts on what KEDA is answered: in `mode: shadow` that is the reactive
+        // count, not the planner's, which would otherwise launch GPU nodes for a plan nobody
+        // follows. Not before a first reading, nor for a ScaledObject whose demand is unknown.
+        if let (Some(c), Some(_)) = (&self.cluster, demand.as_ref()) {
+            c.report_plan(&self.config.id, answer.0);
         }
         drop(guard);
         let late_share = queue_late_share(&signals);
@@ -832,6 +858,7 @@ impl ScalerState {
             replicas: answer.0,
             reason: answer.1,
             reactive_replicas: reactive,
+            planner_replicas,
             planner,
             signals,
             observed_demand,
