@@ -551,13 +551,13 @@ fn env_for(kc: &str) -> Vec<(&str, &str)> {
 
 /// The seeded fake API, a fake Prometheus answering `demand` (which the test may move) and a
 /// prescale server on both.
-async fn seeded_with_demand(demand: f64) -> (FakeApi, Arc<Mutex<f64>>, String, Server) {
+async fn seeded_with_demand(demand: f64, args: &[&str]) -> (FakeApi, Arc<Mutex<f64>>, String, Server) {
     let api = FakeApi::start().await;
     seed(&api);
     let demand = Arc::new(Mutex::new(demand));
     let prom = fake_prometheus(demand.clone()).await;
     let kc = kubeconfig(&api.url());
-    let server = Server::start_with_env(&[], &env_for(&kc));
+    let server = Server::start_with_env(args, &env_for(&kc));
     (api, demand, prom, server)
 }
 
@@ -565,7 +565,7 @@ async fn seeded_with_demand(demand: f64) -> (FakeApi, Arc<Mutex<f64>>, String, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_replicas_land() {
-    let (api, _demand, prom, server) = seeded_with_demand(6.0).await;
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[]).await;
     let mut c = server.client().await;
     let llama = sref("llm", "llama", &md(&prom, &[("warmupSeconds", "auto"), ("karpenterMode", "headroom")]));
     let phi = sref("llm", "phi", &md(&prom, &[("karpenterMode", "off")]));
@@ -735,7 +735,7 @@ async fn replica_gauges(s: &Server, name: &str) -> BTreeMap<String, f64> {
 /// reactive answer drops, and the placeholders sized from the planner's count stayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_writes_headroom_for_the_reactive_answer_and_exports_the_planner_beside_it() {
-    let (api, demand, prom, server) = seeded_with_demand(6.0).await;
+    let (api, demand, prom, server) = seeded_with_demand(6.0, &[]).await;
     let c = server.client().await;
     let llama = sref(
         "llm",
@@ -782,6 +782,125 @@ async fn shadow_mode_writes_headroom_for_the_reactive_answer_and_exports_the_pla
     let d = debug_of(&server, "llama").await;
     assert!(d["snapshot"]["planner"]["desired"].as_u64().unwrap_or(0) > 1, "{d}");
     assert!(placeholders(&api).is_empty());
+}
+
+/// Editing a ScaledObject's metadata gives prescale a new trigger identity, and the old one
+/// lingers until `--idle-drop-seconds` without a call. Dropping it untracked the
+/// ScaledObject in the cluster although the edited trigger still planned it: its placeholders
+/// were deleted, and warm-up measurement, pod-based fleet counts and DCGM narrowing stopped
+/// for it until prescale restarted. Meanwhile the stale trigger's plan and gauges alternated
+/// with the edited one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_scaled_object_keeps_its_cluster_features_after_the_old_metadata_is_dropped() {
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &["--idle-drop-seconds", "5"]).await;
+    let c = server.client().await;
+    let before = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
+    // KEDA: asks the ScaledObject's current trigger every 300 ms.
+    let current = Arc::new(Mutex::new(before));
+    let keda = {
+        let (c, current) = (c.clone(), current.clone());
+        tokio::spawn(async move {
+            loop {
+                let r = current.lock().unwrap().clone();
+                let _ = metric(&mut c.clone(), &r).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    // 6 answered, 3 replicas exist and 1 more fits: 2 placeholders.
+    eventually(20, "placeholders for the first trigger", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 2).then_some(()) }
+    })
+    .await;
+    // The edit: maxReplicas 10 → 5, so the plan is 5. KEDA asks only the edited trigger from
+    // now on; the old one still ticks until it is dropped.
+    *current.lock().unwrap() =
+        sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive"), ("maxReplicas", "5")]));
+    eventually(10, "the edited trigger's plan", || {
+        let s = &server;
+        async move { (debug_of(s, "llama").await["cluster"]["plan"]["desired"] == 5).then_some(()) }
+    })
+    .await;
+    // Until the old trigger is dropped, its plan (6) and gauges must not come back.
+    let mut seen = Vec::new();
+    while !server.log.lock().unwrap().iter().any(|l| l.contains("dropping ScaledObject not asked about")) {
+        let plan = debug_of(&server, "llama").await["cluster"]["plan"]["desired"].as_u64();
+        let answered = replica_gauges(&server, "llama").await.get("prescale_planned_replicas").copied();
+        seen.push((plan, answered));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(seen.len() >= 5, "{seen:?}");
+    assert!(seen.iter().all(|&(p, g)| p == Some(5) && g == Some(5.0)), "the stale trigger's plan came back: {seen:?}");
+    // Several reconciles and ticks after the drop, the edited trigger is still followed.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let d = debug_of(&server, "llama").await;
+    assert_ne!(d["cluster"]["tracked"], false, "the edited trigger's ScaledObject is still tracked: {d}");
+    assert_eq!(d["cluster"]["plan"]["desired"], 5, "{d}");
+    // 5 planned, 3 exist: 2 missing, which the 2 placeholders stand for (a placeholder goes
+    // as a replica lands or the plan drops below them, not for the room it brought).
+    assert_eq!(placeholders(&api).len(), 2, "the edited trigger's placeholders were deleted with the old trigger");
+    let gauges = replica_gauges(&server, "llama").await;
+    assert_eq!(gauges.get("prescale_planned_replicas"), Some(&5.0), "{gauges:?}");
+    keda.abort();
+}
+
+/// Two prescale triggers on one ScaledObject (distinct `metricName`s): KEDA's HPA follows the
+/// larger answer, so the cluster plans for the larger; the ScaledObject's gauges come from one
+/// trigger (the first registered) instead of alternating between the two every tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_triggers_of_one_scaled_object_plan_the_cluster_for_the_larger_and_export_one_series() {
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[]).await;
+    let mut c = server.client().await;
+    let queue = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
+    let gpu = sref(
+        "llm",
+        "llama",
+        &md(
+            &prom,
+            &[
+                ("karpenterMode", "headroom"),
+                ("mode", "reactive"),
+                ("metricName", "gpu"),
+                ("prometheusPerReplica", "0.75"),
+            ],
+        ),
+    );
+    eventually(20, "the first trigger's answer", || {
+        let (mut c, r) = (c.clone(), queue.clone());
+        async move { (metric(&mut c, &r).await.ok()? == 6).then_some(()) }
+    })
+    .await;
+    assert_eq!(metric(&mut c, &gpu).await.ok(), Some(8), "6 / 0.75");
+    // 8 planned, 3 exist, 1 more fits: 4 placeholders.
+    eventually(20, "placeholders for the larger plan", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 4).then_some(()) }
+    })
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..12 {
+        let _ = (metric(&mut c, &queue).await, metric(&mut c, &gpu).await);
+        let plan = debug_of(&server, "llama").await["cluster"]["plan"]["desired"].as_u64();
+        let answered = replica_gauges(&server, "llama").await.get("prescale_planned_replicas").copied();
+        seen.push((plan, answered));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(seen.iter().all(|&(p, g)| p == Some(8) && g == Some(6.0)), "{seen:?}");
+    // /debug/scalers says which trigger sets the gauges.
+    let (_, body) = server.get("/debug/scalers").await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let mut roles: Vec<(String, bool, bool)> = v["scaledObjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            let name = x["config"]["metricName"].as_str().unwrap_or("").to_string();
+            (name, x["exportsGauges"] == true, x["superseded"] == true)
+        })
+        .collect();
+    roles.sort();
+    assert_eq!(roles, vec![("gpu".into(), false, false), ("prescale-replicas".into(), true, false)]);
 }
 
 /// `spec.replicas` of the static `gpu-mig` pool, when it has one.

@@ -209,8 +209,12 @@ struct Target {
     view: RwLock<TargetView>,
     pod_samples: Mutex<Samples>,
     node_samples: Mutex<Samples>,
-    /// (desired replicas at now + warm-up, when reported).
+    /// (desired replicas at now + warm-up, when reported): the largest of `triggers`' plans,
+    /// or a peer's.
     plan: Mutex<Option<(u32, u64)>>,
+    /// The last plan of each of this replica's triggers of the ScaledObject, by metric name
+    /// (KEDA's HPA follows the largest; one trigger is the usual case).
+    triggers: Mutex<BTreeMap<String, (u32, u64)>>,
     headroom: Mutex<HeadroomView>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// KEDA asks this replica about the ScaledObject (its engine plans it).
@@ -444,6 +448,7 @@ impl Cluster {
             pod_samples: Mutex::new(Samples::default()),
             node_samples: Mutex::new(Samples::default()),
             plan: Mutex::new(None),
+            triggers: Mutex::new(BTreeMap::new()),
             headroom: Mutex::new(HeadroomView::default()),
             task: Mutex::new(None),
             local: AtomicBool::new(local),
@@ -525,11 +530,28 @@ impl Cluster {
         u32::try_from(replicas.unwrap_or(1)).ok()
     }
 
-    /// The plan at now + warm-up (desired replicas), for the leader's headroom.
-    pub fn report_plan(&self, id: &ScalerId, desired: u32) {
+    /// The plan at now + warm-up (desired replicas) of the ScaledObject's trigger `metric`,
+    /// for the leader's headroom. The ScaledObject's plan is the largest of its triggers'.
+    pub fn report_plan(&self, id: &ScalerId, metric: &str, desired: u32) {
         if let Some(t) = read(&self.inner.targets).get(id) {
             t.local.store(true, Ordering::Relaxed);
-            *lock(&t.plan) = Some((desired, now_ms()));
+            let now = now_ms();
+            let mut triggers = lock(&t.triggers);
+            triggers.insert(metric.to_string(), (desired, now));
+            let most = triggers.values().map(|p| p.0).max().unwrap_or(desired);
+            *lock(&t.plan) = Some((most, now));
+        }
+    }
+
+    /// Forget the plan of one trigger of a ScaledObject that another trigger still plans.
+    pub fn release(&self, id: &ScalerId, metric: &str) {
+        if let Some(t) = read(&self.inner.targets).get(id) {
+            let mut triggers = lock(&t.triggers);
+            if triggers.remove(metric).is_some() {
+                if let Some(most) = triggers.values().copied().max_by_key(|p| p.0) {
+                    *lock(&t.plan) = Some(most);
+                }
+            }
         }
     }
 
@@ -1240,5 +1262,32 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
             Ok(_) => tracing::info!(nodepool = %name, patch = %body, "NodePool updated"),
             Err(e) => tracing::warn!(nodepool = %name, error = %e, "cannot update NodePool"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_scaled_objects_plan_is_its_largest_triggers_and_a_released_trigger_leaves_it() {
+        let c = Cluster::disabled("test", Arc::new(Metrics::new()));
+        let id = ScalerId { namespace: "llm".into(), name: "llama".into() };
+        let plan = |c: &Cluster| c.peer_report().plans.first().map(|p| p.desired);
+        c.track(&id, &ClusterSettings::default());
+        assert_eq!(plan(&c), None, "nothing reported yet");
+        // Two prescale triggers of one ScaledObject: KEDA's HPA follows the larger.
+        c.report_plan(&id, "queue", 4);
+        c.report_plan(&id, "gpu", 7);
+        c.report_plan(&id, "queue", 5);
+        assert_eq!(plan(&c), Some(7));
+        c.report_plan(&id, "gpu", 3);
+        assert_eq!(plan(&c), Some(5), "a trigger's new plan replaces its old one");
+        // The queue trigger is dropped while the other still plans: its plan goes with it.
+        c.release(&id, "queue");
+        assert_eq!(plan(&c), Some(3));
+        // Releasing a trigger that never reported changes nothing.
+        c.release(&id, "other");
+        assert_eq!(plan(&c), Some(3));
     }
 }

@@ -12,7 +12,7 @@ pub mod predict;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -151,6 +151,17 @@ pub struct ScalerEntry {
     active: watch::Sender<bool>,
     last_asked_ms: AtomicU64,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Registration order (the newest trigger of a ScaledObject and metric name is current).
+    serial: u64,
+    /// A newer trigger with the same ScaledObject and metric name exists: the ScaledObject was
+    /// edited and KEDA asks the new metadata now (see [`Engine::make_current`]). This one still
+    /// answers whoever asks it until it is dropped, but does not tell the cluster its plan,
+    /// which would alternate with the current one's (nor export gauges: see `exports`).
+    superseded: AtomicBool,
+    /// This trigger's tick sets its ScaledObject's gauges: the oldest current trigger of the
+    /// ScaledObject (one per ScaledObject, so two prescale triggers' values do not alternate
+    /// in one series; see [`Engine::assign_roles`]).
+    exports: AtomicBool,
 }
 
 impl Drop for ScalerEntry {
@@ -221,6 +232,16 @@ struct Inner {
     pollers: Mutex<HashMap<String, Weak<Poller>>>,
     /// Cluster integration (crate::cluster), set once by `serve`.
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
+    next_serial: AtomicU64,
+}
+
+type Scalers = HashMap<u64, Vec<Arc<ScalerEntry>>>;
+
+/// Whether `a` and `b` are triggers of one ScaledObject with one metric name: the same
+/// trigger before and after an edit of its metadata (two triggers of a ScaledObject have
+/// different metric names, which KEDA's HPA needs).
+fn same_trigger(a: &ScalerEntry, b: &ScalerEntry) -> bool {
+    a.config.id == b.config.id && a.config.metric_name == b.config.metric_name
 }
 
 /// The engine handle (cheap to clone).
@@ -257,6 +278,7 @@ impl Engine {
                 rejected: Mutex::new(HashMap::new()),
                 pollers: Mutex::new(HashMap::new()),
                 cluster: std::sync::OnceLock::new(),
+                next_serial: AtomicU64::new(0),
             }),
         }
     }
@@ -294,7 +316,13 @@ impl Engine {
                 map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md)))
             {
                 e.touch();
-                return Ok(e.clone());
+                let e = e.clone();
+                drop(map);
+                if e.superseded.load(Ordering::Relaxed) {
+                    // KEDA went back to metadata it had left (an edit undone).
+                    self.make_current(&mut self.inner.scalers.write().unwrap_or_else(|e| e.into_inner()), &e);
+                }
+                return Ok(e);
             }
         }
         {
@@ -329,6 +357,7 @@ impl Engine {
                 }
                 let entry = self.register(identity, cfg);
                 map.entry(h).or_default().push(entry.clone());
+                self.make_current(&mut map, &entry);
                 self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
                 Ok(entry)
             }
@@ -350,15 +379,41 @@ impl Engine {
             active,
             last_asked_ms: AtomicU64::new(now_ms()),
             task: Mutex::new(None),
+            serial: self.inner.next_serial.fetch_add(1, Ordering::Relaxed),
+            superseded: AtomicBool::new(false),
+            exports: AtomicBool::new(false),
         });
         let cluster = self.inner.cluster.get().cloned();
-        if let Some(c) = &cluster {
-            c.track(&entry.config.id, &entry.config.cluster);
-        }
         let history = self.inner.opts.history.clone();
         let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster, history));
         *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         entry
+    }
+
+    /// Make `e` the current trigger of its ScaledObject and metric name: the others (older
+    /// metadata) are superseded, and the cluster follows `e`'s settings. Runs on registration
+    /// and when KEDA returns to a superseded trigger, never on an ordinary call.
+    fn make_current(&self, map: &mut Scalers, e: &Arc<ScalerEntry>) {
+        for other in map.values().flatten() {
+            if !Arc::ptr_eq(other, e) && same_trigger(other, e) {
+                other.superseded.store(true, Ordering::Relaxed);
+            }
+        }
+        e.superseded.store(false, Ordering::Relaxed);
+        Self::assign_roles(map, &e.config.id);
+        if let Some(c) = self.inner.cluster.get() {
+            c.track(&e.config.id, &e.config.cluster);
+        }
+    }
+
+    /// Which trigger of ScaledObject `id` exports its gauges: the oldest current one.
+    fn assign_roles(map: &Scalers, id: &ScalerId) {
+        let same: Vec<&Arc<ScalerEntry>> = map.values().flatten().filter(|o| &o.config.id == id).collect();
+        let exporter =
+            same.iter().filter(|o| !o.superseded.load(Ordering::Relaxed)).min_by_key(|o| o.serial).map(|o| o.serial);
+        for o in same {
+            o.exports.store(Some(o.serial) == exporter, Ordering::Relaxed);
+        }
     }
 
     fn poller_for(&self, src: &crate::sources::SourceConfig, cfg: &ScalerConfig) -> Arc<Poller> {
@@ -397,6 +452,29 @@ impl Engine {
         };
         for e in &removed {
             tracing::info!(scaled_object = %e.config.id, "dropping ScaledObject not asked about");
+            // Another trigger of the same ScaledObject (its edited metadata, or a second
+            // prescale trigger) keeps what the ScaledObject shares: the cluster's following of
+            // it and its gauges. Only this trigger's own plan goes.
+            let mut map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
+            let same_so: Vec<Arc<ScalerEntry>> =
+                map.values().flatten().filter(|o| o.config.id == e.config.id).cloned().collect();
+            if !same_so.is_empty() {
+                let same: Vec<&Arc<ScalerEntry>> = same_so.iter().filter(|o| same_trigger(o, e)).collect();
+                match same.iter().max_by_key(|o| o.serial) {
+                    Some(newest) if same.iter().all(|o| o.superseded.load(Ordering::Relaxed)) => {
+                        self.make_current(&mut map, newest)
+                    }
+                    Some(_) => {}
+                    None => {
+                        if let Some(c) = self.inner.cluster.get() {
+                            c.release(&e.config.id, &e.config.metric_name);
+                        }
+                    }
+                }
+                Self::assign_roles(&map, &e.config.id);
+                continue;
+            }
+            drop(map);
             if let Some(c) = self.inner.cluster.get() {
                 c.untrack(&e.config.id);
             }
@@ -449,6 +527,10 @@ impl Engine {
                     "scaledObject": e.config.id.to_string(),
                     "config": &*e.config,
                     "lastAskedSecondsAgo": now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) as f64 / 1000.0,
+                    // Older metadata of an edited ScaledObject (reports nothing to the cluster).
+                    "superseded": e.superseded.load(Ordering::Relaxed),
+                    // Whether this trigger's ticks set the ScaledObject's gauges.
+                    "exportsGauges": e.exports.load(Ordering::Relaxed),
                     "answer": match &answer {
                         Ok(a) => serde_json::json!({"replicas": a.replicas, "active": a.active}),
                         Err(u) => serde_json::json!({"unavailable": u.0}),
@@ -576,6 +658,20 @@ async fn run_scaler(
 }
 
 fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
+    if e.exports.load(Ordering::Relaxed) {
+        export(e, &snap, metrics);
+    }
+    let was_active = *e.active.borrow();
+    let now_active = snap.replicas > 0 && e.answer_for(&snap);
+    *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
+    if now_active != was_active {
+        e.active.send_replace(now_active);
+    }
+    e.ready.send_replace(true);
+}
+
+/// The ScaledObject's gauges and counters from its current trigger's tick.
+fn export(e: &ScalerEntry, snap: &Snapshot, metrics: &Metrics) {
     let labels = crate::metrics::Labels::scaled_object(&e.config.id);
     if let Some(d) = snap.demand_replicas {
         metrics.demand.get_or_create(&labels).set(d);
@@ -617,13 +713,6 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         metrics.queue_scheduled.get_or_create(&labels).inc_by(scheduled);
         metrics.queue_late.get_or_create(&labels).inc_by(late);
     }
-    let was_active = *e.active.borrow();
-    let now_active = snap.replicas > 0 && e.answer_for(&snap);
-    *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
-    if now_active != was_active {
-        e.active.send_replace(now_active);
-    }
-    e.ready.send_replace(true);
 }
 
 impl ScalerEntry {
@@ -844,8 +933,8 @@ impl ScalerState {
         // reports) acts on what KEDA is answered: in `mode: shadow` that is the reactive
         // count, not the planner's, which would otherwise launch GPU nodes for a plan nobody
         // follows. Not before a first reading, nor for a ScaledObject whose demand is unknown.
-        if let (Some(c), Some(_)) = (&self.cluster, demand.as_ref()) {
-            c.report_plan(&self.config.id, answer.0);
+        if let (Some(c), Some(_), false) = (&self.cluster, demand.as_ref(), e.superseded.load(Ordering::Relaxed)) {
+            c.report_plan(&self.config.id, &self.config.metric_name, answer.0);
         }
         drop(guard);
         let late_share = queue_late_share(&signals);
