@@ -47,6 +47,8 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
             let name = v.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).unwrap_or("");
             let triggers = v.get("spec").and_then(|s| s.get("triggers")).and_then(|t| t.as_sequence());
             let mut first = true;
+            // Metric names of the prescale triggers so far, with their trigger index.
+            let mut names: Vec<(String, usize)> = Vec::new();
             for (i, t) in triggers.into_iter().flatten().enumerate() {
                 let ty = t.get("type").and_then(|x| x.as_str()).unwrap_or("");
                 if ty != "external" && ty != "external-push" {
@@ -72,6 +74,25 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 }
                 if let Some(cfg) = &c.config {
                     c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
+                }
+                // prescale tells a ScaledObject's triggers apart by metric name (an edit of one
+                // trigger's metadata supersedes the old metadata of the same name).
+                if let Some(cfg) = &c.config {
+                    match names.iter().find(|(n, _)| *n == cfg.metric_name) {
+                        Some((n, j)) => {
+                            c.errors.push(ConfigError {
+                                scaled_object: c.scaled_object.clone(),
+                                key: "metricName".into(),
+                                value: Some(n.clone()),
+                                reason: format!(
+                                    "trigger {j} of this ScaledObject uses it too: give each prescale trigger its own \
+                                     metricName (or put all signals in one trigger, which combines them by max)"
+                                ),
+                            });
+                            c.config = None;
+                        }
+                        None => names.push((cfg.metric_name.clone(), i)),
+                    }
                 }
                 if std::mem::take(&mut first) {
                     // The HPA's behaviour is the ScaledObject's: said once, on its first trigger.
@@ -329,10 +350,21 @@ spec:
         assert!(notes.contains("scale-up stabilization is 60 s"), "{notes}");
         assert!(!notes.contains("tolerance") && !notes.contains("scale-down stabilization"), "{notes}");
         // Two prescale triggers on one ScaledObject: the HPA is noted once.
-        let two = format!("{SO}  - type: external\n    metadata: {{scalerAddress: p:9090, rabbitmqHost: amqp://h/, rabbitmqQueueName: q2}}\n");
+        let two = format!(
+            "{SO}  - type: external\n    metadata: {{scalerAddress: p:9090, rabbitmqHost: amqp://h/, rabbitmqQueueName: q2, \
+             metricName: q2}}\n"
+        );
         let r = check(&two, &BTreeMap::new()).unwrap();
         assert_eq!(r.len(), 2);
+        assert!(r[1].errors.is_empty(), "{:?}", r[1].errors);
         assert!(r[1].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[1].notes);
+        // ...which need their own metric names.
+        let same = two.replace(", metricName: q2", "");
+        let r = check(&same, &BTreeMap::new()).unwrap();
+        assert!(r[0].errors.is_empty(), "{:?}", r[0].errors);
+        let e = r[1].errors.iter().find(|e| e.key == "metricName").unwrap_or_else(|| panic!("{:?}", r[1].errors));
+        assert!(e.to_string().contains("trigger 1 of this ScaledObject uses it too"), "{e}");
+        assert_eq!(e.value.as_deref(), Some("prescale-replicas"));
     }
 
     #[test]

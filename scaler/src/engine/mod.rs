@@ -320,7 +320,7 @@ impl Engine {
                 drop(map);
                 if e.superseded.load(Ordering::Relaxed) {
                     // KEDA went back to metadata it had left (an edit undone).
-                    self.make_current(&mut self.inner.scalers.write().unwrap_or_else(|e| e.into_inner()), &e);
+                    self.make_current(&self.inner.scalers.write().unwrap_or_else(|e| e.into_inner()), &e);
                 }
                 return Ok(e);
             }
@@ -357,7 +357,7 @@ impl Engine {
                 }
                 let entry = self.register(identity, cfg);
                 map.entry(h).or_default().push(entry.clone());
-                self.make_current(&mut map, &entry);
+                self.make_current(&map, &entry);
                 self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
                 Ok(entry)
             }
@@ -393,7 +393,7 @@ impl Engine {
     /// Make `e` the current trigger of its ScaledObject and metric name: the others (older
     /// metadata) are superseded, and the cluster follows `e`'s settings. Runs on registration
     /// and when KEDA returns to a superseded trigger, never on an ordinary call.
-    fn make_current(&self, map: &mut Scalers, e: &Arc<ScalerEntry>) {
+    fn make_current(&self, map: &Scalers, e: &Arc<ScalerEntry>) {
         for other in map.values().flatten() {
             if !Arc::ptr_eq(other, e) && same_trigger(other, e) {
                 other.superseded.store(true, Ordering::Relaxed);
@@ -455,14 +455,14 @@ impl Engine {
             // Another trigger of the same ScaledObject (its edited metadata, or a second
             // prescale trigger) keeps what the ScaledObject shares: the cluster's following of
             // it and its gauges. Only this trigger's own plan goes.
-            let mut map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
+            let map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
             let same_so: Vec<Arc<ScalerEntry>> =
                 map.values().flatten().filter(|o| o.config.id == e.config.id).cloned().collect();
             if !same_so.is_empty() {
                 let same: Vec<&Arc<ScalerEntry>> = same_so.iter().filter(|o| same_trigger(o, e)).collect();
                 match same.iter().max_by_key(|o| o.serial) {
                     Some(newest) if same.iter().all(|o| o.superseded.load(Ordering::Relaxed)) => {
-                        self.make_current(&mut map, newest)
+                        self.make_current(&map, newest)
                     }
                     Some(_) => {}
                     None => {
