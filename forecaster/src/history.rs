@@ -117,6 +117,8 @@ pub struct HistoryPoint {
 pub struct DemandHistory {
     tiers: Vec<Tier>,
     last_t: Option<f64>,
+    /// Start of the first sample's interval.
+    first_t: Option<f64>,
 }
 
 impl Default for DemandHistory {
@@ -136,7 +138,7 @@ impl DemandHistory {
                 Tier::new(TierSpec { width_s, len: s.len.clamp(1, 100_000) })
             })
             .collect();
-        DemandHistory { tiers, last_t: None }
+        DemandHistory { tiers, last_t: None, first_t: None }
     }
 
     /// Record arrival mass observed over `(t - dt, t]`. Non-finite or negative inputs are
@@ -157,12 +159,52 @@ impl DemandHistory {
         for tier in &mut self.tiers {
             tier.add(t0, t_s, mass);
         }
+        self.first_t.get_or_insert(t0);
         self.last_t = Some(t_s);
     }
 
     /// Time of the newest sample.
     pub fn last_t(&self) -> Option<f64> {
         self.last_t
+    }
+
+    /// The mean rate over consecutive `step_s`-second intervals that end at the newest
+    /// sample (at the start of the finest tier's bucket it falls in), back to the first sample
+    /// (from the first whole bucket after it) or as far as the coarsest tier retains,
+    /// whichever is later: the first interval's start and the rates (each from the finest tier that still
+    /// covers it). None before a sample, for a step under 1 s, or when less than one step is
+    /// known. It hands one history to another planner (`serve`, after an edit of a
+    /// ScaledObject's metadata).
+    pub fn series(&self, step_s: f64) -> Option<(f64, Vec<f64>)> {
+        let (first, last) = (self.first_t?, self.last_t?);
+        if !(step_s.is_finite() && step_s >= 1.0) {
+            return None;
+        }
+        let coarsest = self.tiers.last()?;
+        let retained_from = (coarsest.newest? - coarsest.spec.len as i64 + 1) as f64 * coarsest.spec.width_s;
+        // From the first whole bucket of the finest tier that holds the first sample: a bucket
+        // the first sample cut would read its mass spread over the part before it too.
+        let w = self
+            .tiers
+            .iter()
+            .find(|t| t.newest.is_some_and(|n| (first / t.spec.width_s).floor() as i64 > n - t.spec.len as i64))
+            .map_or(coarsest.spec.width_s, |t| t.spec.width_s);
+        let whole = (first / w).ceil() * w;
+        // ...up to the last whole bucket of the finest tier, for the same reason.
+        let fine = self.tiers.first()?.spec.width_s;
+        let end = (last / fine).floor() * fine;
+        let count = ((end - whole.max(retained_from)) / step_s).floor();
+        if count.is_nan() || count < 1.0 {
+            return None;
+        }
+        let t0 = end - count * step_s;
+        let rates = (0..count as usize)
+            .map(|i| {
+                let a = t0 + i as f64 * step_s;
+                self.mass_between(a, a + step_s) / step_s
+            })
+            .collect();
+        Some((t0, rates))
     }
 
     /// Tier specs in order (finest first).
@@ -259,6 +301,56 @@ mod tests {
         assert!((r - 1.0).abs() < 1e-6, "{r}");
         let m = h.mass_between(t - 600.0, t);
         assert!((m - 600.0).abs() < 1e-3, "{m}");
+    }
+
+    #[test]
+    fn a_series_hands_over_what_is_known_at_each_tiers_resolution() {
+        let mut h = DemandHistory::default();
+        assert_eq!(h.series(5.0), None, "nothing observed");
+        // Two days from t = 1000 s: 2 req/s by day, 0 by night, sampled every 5 s.
+        let day = 86400.0;
+        let rate = |t: f64| if (t % day) < day / 2.0 { 2.0 } else { 0.0 };
+        let mut t = 1000.0;
+        while t < 1000.0 + 2.0 * day {
+            t += 5.0;
+            h.observe(t, 5.0, 5.0 * rate(t - 5.0));
+        }
+        let (t0, rates) = h.series(5.0).unwrap();
+        // From the first sample (not the zeros of the coarse tier's earlier buckets).
+        assert!((1000.0..=1205.0).contains(&t0), "from the first whole 300-s bucket: {t0}");
+        assert!((t0 + rates.len() as f64 * 5.0 - t).abs() <= 5.0, "ends at the newest sample");
+        let total: f64 = rates.iter().map(|r| r * 5.0).sum();
+        let end = t0 + rates.len() as f64 * 5.0;
+        // (mass_between reads the whole span from the coarse tier, pro rata at its ends.)
+        assert!((total - h.mass_between(t0, end)).abs() < 1e-3 * total.max(1.0), "{total}");
+        // Recent hours at 5 s, the day before at 300 s: the day/night edges stay within a bucket.
+        for (i, &r) in rates.iter().enumerate() {
+            let a = t0 + i as f64 * 5.0;
+            let edge = (a % (day / 2.0)).min(day / 2.0 - a % (day / 2.0)) < 300.0;
+            if !edge {
+                assert!((r - rate(a)).abs() < 1e-3, "at {a}: {r} vs {}", rate(a));
+            }
+        }
+        assert_eq!(h.series(0.5), None, "a step under a second");
+        // A few seconds of history: from the first whole 5-s bucket, at 1-s steps.
+        let mut short = DemandHistory::default();
+        for i in 1..=12 {
+            short.observe(1000.0 + i as f64, 1.0, 3.0);
+        }
+        let (t0, rates) = short.series(1.0).unwrap();
+        assert!((1000.0..=1005.0).contains(&t0), "{t0}");
+        assert!(rates.len() >= 5 && rates.iter().all(|r| (r - 3.0).abs() < 1e-9), "{rates:?}");
+        assert_eq!(h.series(f64::NAN), None);
+        // Ten days: the series goes back as far as the coarsest tier, 8 days.
+        let mut long = DemandHistory::default();
+        let mut t = 0.0;
+        while t < 10.0 * day {
+            t += 60.0;
+            long.observe(t, 60.0, 60.0);
+        }
+        let (t0, rates) = long.series(60.0).unwrap();
+        assert!((t - t0 - 8.0 * day).abs() <= 300.0, "{}", (t - t0) / day);
+        assert!(rates.iter().all(|r| (r - 1.0).abs() < 1e-6));
     }
 
     #[test]

@@ -215,3 +215,89 @@ async fn shadow_mode_answers_reactively_and_exposes_the_planner() {
     assert!(echo.is_some_and(|v| (0.0..=1.0).contains(&v)), "{one}");
     assert_eq!(srv.get("/debug/scalers/ml/nope").await.0, 404);
 }
+
+/// The earliest point with demand in the recent history of the trigger of `ml/edited` whose
+/// planner mode and first source's per-replica value are these (`/debug/scalers`), with the
+/// trigger's warm-start note.
+async fn recent_history(srv: &Server, mode: &str, per_replica: f64) -> Option<(f64, String)> {
+    let (_, body) = srv.get("/debug/scalers/ml/edited").await;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let t = v["triggers"]
+        .as_array()?
+        .iter()
+        .find(|t| t["config"]["planner"]["mode"] == mode && t["config"]["sources"][0]["perReplica"] == per_replica)?
+        .clone();
+    // (The ring of the finest tier reads 0 before the first observation: the first demand.)
+    let first = t["planner"]["recent"]
+        .as_array()?
+        .iter()
+        .filter(|p| p["rate"].as_f64().is_some_and(|r| r > 0.0))
+        .filter_map(|p| p["t_s"].as_f64())
+        .reduce(f64::min)?;
+    Some((first, t["snapshot"]["history"].as_str().unwrap_or("").to_string()))
+}
+
+/// Leaving `mode: shadow` (or any edit of the metadata) is a new trigger to prescale. Its
+/// planner used to start cold, so the days a cautious team ran in shadow taught the planner
+/// they then switched on nothing; it now replays what the old metadata's planner observed,
+/// when the demand is measured in the same units.
+#[tokio::test]
+async fn an_edit_of_the_metadata_keeps_what_the_planner_learnt_when_the_demand_units_stay() {
+    let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
+    let queue = unique("q-edit");
+    let (_conn, ch) = rabbit_queue(&amqp, &queue).await;
+    publish_on(&ch, &queue, 30).await;
+    let srv = Server::start(&[]);
+    let c = srv.client().await;
+    let md = |extra: &[(&'static str, &'static str)]| {
+        let mut v: Vec<(&str, &str)> = vec![
+            ("rabbitmqHost", &amqp),
+            ("rabbitmqQueueName", &queue),
+            ("rabbitmqPerReplica", "10"),
+            ("sampleSeconds", "1"),
+        ];
+        v.extend_from_slice(extra);
+        sref("ml", "edited", &v)
+    };
+    let ask = |r: prescale::proto::ScaledObjectRef, secs: u64| {
+        let c = c.clone();
+        async move {
+            let end = std::time::Instant::now() + Duration::from_secs(secs);
+            while std::time::Instant::now() < end {
+                let _ = metric(&mut c.clone(), &r).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    ask(md(&[("mode", "shadow")]), 20).await;
+    let (first_shadow, _) = recent_history(&srv, "shadow", 10.0).await.expect("shadow planner history");
+    // The edit: out of shadow mode, same sources.
+    let predictive = md(&[("mode", "predictive")]);
+    ask(predictive.clone(), 1).await;
+    let (first, note) = eventually(20, "the edited trigger warmed from the old planner", || {
+        let s = &srv;
+        async move {
+            let (first, note) = recent_history(s, "predictive", 10.0).await?;
+            note.starts_with("warmed from the planner of the previous metadata").then_some((first, note))
+        }
+    })
+    .await;
+    // (From the first whole 5-s bucket to the last: a cold planner's would start 20 s later.)
+    assert!(
+        first <= first_shadow + 5.0,
+        "the history from before the edit ({first_shadow}) carried over: {first}, {note}"
+    );
+    let fed: usize = note.split(": ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(fed >= 10, "20 one-second samples, less the partial 5-s buckets at either end: {note}");
+
+    // Another edit that changes what one replica absorbs: the old history is in other units,
+    // so the planner starts cold.
+    let rescaled = md(&[("mode", "predictive"), ("rabbitmqPerReplica", "5")]);
+    let edited_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    ask(rescaled, 4).await;
+    let (first_cold, note) = recent_history(&srv, "predictive", 5.0).await.expect("history");
+    assert!(!note.starts_with("warmed"), "{note}");
+    // (Its first observation covers the sample period before its first tick, so its first 5-s
+    // bucket starts at most 6 s before the edit; the old planner's history began 20 s before.)
+    assert!(first_cold >= edited_at - 6.5, "nothing carried over: {first_cold} vs the edit at {edited_at}");
+}

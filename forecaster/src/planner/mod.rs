@@ -1317,6 +1317,13 @@ impl Planner {
         }
     }
 
+    /// The demand this planner observed, as mean rates over `step_s`-second intervals ending
+    /// at its last observation (see [`DemandHistory::series`]): what another planner replays
+    /// to start where this one is.
+    pub fn demand_series(&self, step_s: f64) -> Option<(f64, Vec<f64>)> {
+        self.history.series(step_s)
+    }
+
     /// Approximate heap bytes held by the history and models (bounded by construction).
     pub fn approx_heap_bytes(&self) -> usize {
         self.history.approx_heap_bytes()

@@ -355,7 +355,15 @@ impl Engine {
                     e.touch();
                     return Ok(e.clone());
                 }
-                let entry = self.register(identity, cfg);
+                // The trigger this metadata replaces, if it was edited: its planner's history
+                // carries over (see `inherited_history`).
+                let predecessor = map
+                    .values()
+                    .flatten()
+                    .filter(|o| o.config.id == cfg.id && o.config.metric_name == cfg.metric_name)
+                    .max_by_key(|o| o.serial)
+                    .map(Arc::downgrade);
+                let entry = self.register(identity, cfg, predecessor);
                 map.entry(h).or_default().push(entry.clone());
                 self.make_current(&map, &entry);
                 self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
@@ -364,7 +372,12 @@ impl Engine {
         }
     }
 
-    fn register(&self, identity: Identity, cfg: ScalerConfig) -> Arc<ScalerEntry> {
+    fn register(
+        &self,
+        identity: Identity,
+        cfg: ScalerConfig,
+        predecessor: Option<Weak<ScalerEntry>>,
+    ) -> Arc<ScalerEntry> {
         tracing::info!(scaled_object = %cfg.id, sources = cfg.sources.len(), mode = ?cfg.planner.mode, "tracking ScaledObject");
         let pollers = cfg.sources.iter().map(|s| self.poller_for(s, &cfg)).collect();
         let (ready, _) = watch::channel(false);
@@ -385,7 +398,8 @@ impl Engine {
         });
         let cluster = self.inner.cluster.get().cloned();
         let history = self.inner.opts.history.clone();
-        let handle = tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster, history));
+        let handle =
+            tokio::spawn(run_scaler(Arc::downgrade(&entry), self.inner.metrics.clone(), cluster, history, predecessor));
         *entry.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         entry
     }
@@ -595,6 +609,7 @@ async fn run_scaler(
     metrics: Arc<Metrics>,
     cluster: Option<crate::cluster::Cluster>,
     history: Option<history::HistoryOptions>,
+    predecessor: Option<Weak<ScalerEntry>>,
 ) {
     let (sample_ms, timeout_ms) = match weak.upgrade() {
         Some(e) => (e.config.sample.as_millis().max(1) as u64, e.config.source_timeout.as_millis() as u64),
@@ -609,21 +624,45 @@ async fn run_scaler(
         }
         None => return,
     };
+    // After an edit of the ScaledObject's metadata, the planner starts from what the old
+    // metadata's planner observed (in memory, so without `--history-prometheus` too): an edit
+    // such as leaving `mode: shadow` does not throw away the days it learnt.
+    let inherited = predecessor.as_ref().and_then(Weak::upgrade).and_then(|old| {
+        let e = weak.upgrade()?;
+        inherited_history(&old, &e.config)
+    });
+    if let Some((first_s, step_s, values)) = inherited {
+        state.warm = (|| {
+            let e = weak.upgrade()?;
+            let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            let id = e.config.id.clone();
+            drop(e);
+            state.history = Some("warming from the planner of the previous metadata".to_string());
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let w = weak.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(warm_from_predecessor(w, id, p, first_s, step_s, values).await);
+            });
+            Some(rx)
+        })();
+    }
     // Warm start: the planner is taken out now (before any live tick could move it past the
     // history) and replayed from Prometheus in the background; until it is back, the ticks
     // find no planner and answer reactively, so a restart never leaves KEDA without answers.
-    state.warm = history.and_then(|h| {
-        let e = weak.upgrade()?;
-        let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        let config = e.config.clone();
-        drop(e);
-        state.history = Some(format!("warming from {}", crate::redact::redact_url(&h.server)));
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let w = weak.clone();
-        tokio::spawn(async move {
-            let _ = tx.send(warm_from_history(w, config, p, h).await);
-        });
-        Some(rx)
+    state.warm = state.warm.take().or_else(|| {
+        history.and_then(|h| {
+            let e = weak.upgrade()?;
+            let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            let config = e.config.clone();
+            drop(e);
+            state.history = Some(format!("warming from {}", crate::redact::redact_url(&h.server)));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let w = weak.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(warm_from_history(w, config, p, h).await);
+            });
+            Some(rx)
+        })
     });
     // First round: whatever each poller has, as soon as each has finished one read.
     let mut tick = now_ms();
@@ -995,6 +1034,60 @@ fn warm_permits() -> &'static tokio::sync::Semaphore {
 /// of the entry by the caller) and put the planner back ([`history`]). Returns the note
 /// `/debug/scalers` shows. A failed fetch puts the planner back cold; a panic while replaying
 /// puts a fresh one back.
+/// The demand history of `old`, the trigger an edit of the ScaledObject's metadata replaced,
+/// for a planner configured by `new`: when both measure demand in the same units (the same
+/// sources as `/debug/scalers` shows them, which leaves out credentials, and the same
+/// `capacityPerReplica`), the old planner's observations at `new`'s sample period, as
+/// [`predict::Predictor::warm`] takes them (first sample's time, step, values). None when the
+/// units differ, the old trigger runs no planner (or it is out warming), or it observed less
+/// than one sample period.
+fn inherited_history(old: &ScalerEntry, new: &ScalerConfig) -> Option<(f64, f64, Vec<f64>)> {
+    let same_units = old.config.planner.capacity_per_replica == new.planner.capacity_per_replica
+        && serde_json::to_value(&old.config.sources).ok() == serde_json::to_value(&new.sources).ok();
+    if !same_units {
+        return None;
+    }
+    let step_s = new.sample.as_secs_f64().max(1.0);
+    let guard = old.predictor.lock().unwrap_or_else(|e| e.into_inner());
+    let (t0, values) = guard.as_ref()?.planner().demand_series(step_s)?;
+    // Each value is the demand over the step that ends at its time.
+    Some((t0 + step_s, step_s, values))
+}
+
+/// Replay `values` (see [`inherited_history`]) into the new trigger's planner `p` off the
+/// runtime's threads, and put it in place; the note for `/debug/scalers`.
+async fn warm_from_predecessor(
+    weak: Weak<ScalerEntry>,
+    id: ScalerId,
+    mut p: predict::Predictor,
+    first_s: f64,
+    step_s: f64,
+    values: Vec<f64>,
+) -> String {
+    let _permit = warm_permits().acquire().await;
+    let hours = values.len() as f64 * step_s / 3600.0;
+    let who = id.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let fed = guarded(&who, || p.warm(first_s, step_s, &values));
+        fed.map(|fed| (p, fed))
+    })
+    .await;
+    let (p, note) = match joined {
+        Ok(Some((p, fed))) => {
+            (Some(p), format!("warmed from the planner of the previous metadata: {fed} samples over {hours:.1} h"))
+        }
+        _ => (
+            weak.upgrade().and_then(|e| new_predictor(&e.config).ok()),
+            "replaying the previous metadata's history failed; planning from a cold start".to_string(),
+        ),
+    };
+    if let (Some(p), Some(e)) = (p, weak.upgrade()) {
+        *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    }
+    tracing::info!(scaled_object = %id, "{note}");
+    note
+}
+
 async fn warm_from_history(
     weak: Weak<ScalerEntry>,
     config: Arc<ScalerConfig>,
