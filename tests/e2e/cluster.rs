@@ -903,6 +903,52 @@ async fn two_triggers_of_one_scaled_object_plan_the_cluster_for_the_larger_and_e
     assert_eq!(roles, vec![("gpu".into(), false, false), ("prescale-replicas".into(), true, false)]);
 }
 
+/// KEDA stops asking about a deleted ScaledObject, but prescale keeps its trigger for
+/// `--idle-drop-seconds` (10 minutes by default), and its placeholders held GPU nodes for
+/// that long. The scale target's rediscovery now sees the ScaledObject gone and plans nothing
+/// for it; a ScaledObject created again under the name is followed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_scaled_objects_placeholders_go_before_its_trigger_is_dropped() {
+    let api = FakeApi::start().await;
+    seed(&api);
+    let prom = fake_prometheus(Arc::new(Mutex::new(6.0))).await;
+    let kc = kubeconfig(&api.url());
+    let mut env = env_for(&kc);
+    env.push(("PRESCALE_REDISCOVER_SECONDS", "1"));
+    let server = Server::start_with_env(&[], &env);
+    let mut c = server.client().await;
+    let llama = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
+    eventually(20, "answer", || {
+        let (mut c, r) = (c.clone(), llama.clone());
+        async move { (metric(&mut c, &r).await.ok()? == 6).then_some(()) }
+    })
+    .await;
+    eventually(20, "placeholders for the plan", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 2).then_some(()) }
+    })
+    .await;
+    let so = api.remove(SCALEDOBJECTS, "llm", "llama").expect("the ScaledObject");
+    eventually(20, "placeholders gone with the ScaledObject", || {
+        let api = api.clone();
+        async move { placeholders(&api).is_empty().then_some(()) }
+    })
+    .await;
+    let d = debug_of(&server, "llama").await;
+    assert_eq!(d["cluster"]["scaledObjectGone"], true, "{d}");
+    assert!(d["cluster"]["discoveryError"].as_str().unwrap_or("").contains("not found"), "{d}");
+    // The trigger itself still answers (KEDA may have one call in flight).
+    assert_eq!(metric(&mut c, &llama).await.ok(), Some(6));
+    // Created again: followed again.
+    api.put(SCALEDOBJECTS, so);
+    eventually(20, "placeholders back with the ScaledObject", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(debug_of(&server, "llama").await["cluster"]["scaledObjectGone"], false);
+}
+
 /// `spec.replicas` of the static `gpu-mig` pool, when it has one.
 fn pool_replicas(api: &FakeApi) -> Option<i64> {
     api.get(NODEPOOLS, "", "gpu-mig")?.pointer("/spec/replicas")?.as_i64()

@@ -57,6 +57,9 @@ pub enum ClusterError {
     },
     #[error("{0}")]
     Target(String),
+    /// The ScaledObject itself is not in the API (deleted): nothing is written for it.
+    #[error("{0}")]
+    Gone(String),
 }
 
 impl ClusterError {
@@ -93,7 +96,9 @@ impl ClusterOptions {
     /// `PRESCALE_LEASE_NAME`, `PRESCALE_LEASE_NAMESPACE` (or `POD_NAMESPACE`),
     /// `PRESCALE_LEASE_SECONDS`, `POD_NAME` (identity), `PRESCALE_HEADROOM_IMAGE`,
     /// `PRESCALE_PEERS_SERVICE`, `PRESCALE_PEERS_PORT` (default `http`),
-    /// `PRESCALE_STATIC_POOL_STABILIZATION_SECONDS` (default 300, at most 3,600).
+    /// `PRESCALE_STATIC_POOL_STABILIZATION_SECONDS` (default 300, at most 3,600),
+    /// `PRESCALE_REDISCOVER_SECONDS` (default 60, 1–3,600: how often each ScaledObject and its
+    /// scale target are re-read, so how soon a deleted ScaledObject's placeholders go).
     pub fn from_env() -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let host = env("HOSTNAME")
@@ -110,7 +115,9 @@ impl ClusterOptions {
             placeholder_image: env("PRESCALE_HEADROOM_IMAGE").unwrap_or_else(|| headroom::DEFAULT_IMAGE.into()),
             refresh: Duration::from_secs(2),
             reconcile: Duration::from_secs(3),
-            rediscover: Duration::from_secs(60),
+            rediscover: Duration::from_secs(
+                env("PRESCALE_REDISCOVER_SECONDS").and_then(|v| v.parse::<u64>().ok()).unwrap_or(60).clamp(1, 3_600),
+            ),
             peers_service: env("PRESCALE_PEERS_SERVICE"),
             peers_port: match env("PRESCALE_PEERS_PORT") {
                 Some(p) => p.parse::<u16>().map(PortRef::Number).unwrap_or(PortRef::Name(p)),
@@ -206,6 +213,9 @@ struct Target {
     settings: Mutex<ClusterSettings>,
     info: RwLock<Option<TargetInfo>>,
     discovery_error: RwLock<Option<String>>,
+    /// The ScaledObject was not found at the last discovery: KEDA asks no more and its plan
+    /// is not followed (placeholders, hints, static pool asks go) while KEDA's calls drain.
+    gone: AtomicBool,
     view: RwLock<TargetView>,
     pod_samples: Mutex<Samples>,
     node_samples: Mutex<Samples>,
@@ -444,6 +454,7 @@ impl Cluster {
             settings: Mutex::new(settings.clone()),
             info: RwLock::new(None),
             discovery_error: RwLock::new(None),
+            gone: AtomicBool::new(false),
             view: RwLock::new(TargetView::default()),
             pod_samples: Mutex::new(Samples::default()),
             node_samples: Mutex::new(Samples::default()),
@@ -644,6 +655,7 @@ impl Cluster {
             "origin": origin,
             "target": &*read(&t.info),
             "discoveryError": &*read(&t.discovery_error),
+            "scaledObjectGone": t.gone.load(Ordering::Relaxed),
             "warmup": {
                 "pod": pod,
                 "node": node,
@@ -701,15 +713,24 @@ async fn discovery_loop(weak: std::sync::Weak<Target>, client: kube::Client, eve
                 }
                 *write(&t.info) = Some(info);
                 *write(&t.discovery_error) = None;
+                t.gone.store(false, Ordering::Relaxed);
                 every
             }
             Err(e) => {
+                let gone = matches!(e, ClusterError::Gone(_));
+                if gone && !t.gone.swap(true, Ordering::Relaxed) {
+                    tracing::info!(scaled_object = %id, "the ScaledObject is gone from the API: its plan is no longer followed");
+                }
                 let msg = e.to_string();
                 if read(&t.discovery_error).as_deref() != Some(msg.as_str()) {
                     tracing::warn!(scaled_object = %id, error = %msg, "cannot read the scale target");
                 }
                 *write(&t.discovery_error) = Some(msg);
-                every.min(Duration::from_secs(5))
+                if gone {
+                    every
+                } else {
+                    every.min(Duration::from_secs(5))
+                }
             }
         };
         drop(t);
@@ -1111,7 +1132,9 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         let settings = lock(&t.settings).clone();
         let info = read(&t.info).clone();
         let view = read(&t.view).clone();
-        let plan = *lock(&t.plan);
+        // A deleted ScaledObject plans nothing, whatever its last plan (KEDA has stopped
+        // asking, and prescale keeps its trigger until --idle-drop-seconds have passed).
+        let plan = if t.gone.load(Ordering::Relaxed) { Some((0, now_ms())) } else { *lock(&t.plan) };
         let (Some(info), Some((desired, _)), Some(fit)) = (info, plan, view.fit.clone()) else { continue };
         let n =
             headroom::headroom_target(desired, view.current_pods, fit.fits_now, view.existing_placeholders, desired);

@@ -91,7 +91,13 @@ pub fn from_template(
 /// Read the ScaledObject, then its scale target.
 pub async fn discover(client: &kube::Client, namespace: &str, name: &str) -> Result<TargetInfo, ClusterError> {
     let sos: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &scaled_object_resource());
-    let so = sos.get(name).await.map_err(|e| ClusterError::api(format!("get ScaledObject {namespace}/{name}"), e))?;
+    let so = sos.get(name).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 404 => ClusterError::Gone(format!(
+            "ScaledObject {namespace}/{name} not found: deleted (KEDA stops asking; prescale drops it after \
+             --idle-drop-seconds), or renamed"
+        )),
+        e => ClusterError::api(format!("get ScaledObject {namespace}/{name}"), e),
+    })?;
     let (kind, target) = scale_target_ref(&so)?;
     if kind == "StatefulSet" {
         let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
