@@ -195,13 +195,10 @@ impl DcgmConfig {
             Metric::GpuUtil => format!("{GPU_UTIL}|{ENGINE_ACTIVE}"),
             Metric::EngineActive => ENGINE_ACTIVE.to_string(),
         };
-        let ns = promql_string(&self.namespace);
+        // A PromQL string literal escapes as a label value in the exposition format does.
+        let ns = super::exposition::escape_label_value(&self.namespace);
         format!("{{__name__=~\"{names}\",namespace=\"{ns}\"}} or {{__name__=~\"{names}\",exported_namespace=\"{ns}\"}}")
     }
-}
-
-fn promql_string(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// The result of one read, before it becomes a [`Reading`].
