@@ -74,6 +74,9 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 }
                 if let Some(cfg) = &c.config {
                     c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
+                    if cfg.planner.scale_to_zero {
+                        c.notes.extend(cooldown_note(v.get("spec")));
+                    }
                 }
                 // prescale tells a ScaledObject's triggers apart by metric name (an edit of one
                 // trigger's metadata supersedes the old metadata of the same name).
@@ -145,6 +148,33 @@ fn yaml_int(v: Option<&serde_yaml_ng::Value>) -> Option<i64> {
 /// The ScaledObject's `maxReplicaCount`, or KEDA's default.
 fn keda_max_replicas(spec: Option<&serde_yaml_ng::Value>) -> i64 {
     yaml_int(spec.and_then(|s| s.get("maxReplicaCount"))).unwrap_or(KEDA_DEFAULT_MAX_REPLICAS)
+}
+
+/// KEDA's default `cooldownPeriod`, seconds, and `pollingInterval`.
+const KEDA_DEFAULT_COOLDOWN_S: i64 = 300;
+const KEDA_DEFAULT_POLLING_S: i64 = 30;
+
+/// With `scaleToZero`, KEDA's `cooldownPeriod` on top of the planner's own decision: KEDA goes
+/// to zero only that long after prescale's plan (IsActive) reaches zero, while the planner
+/// goes to zero only when no arrival is expected within the warm-up and holds the fleet
+/// through shorter gaps, so the cooldown is paid again on every idle spell. A note where it
+/// is longer than one poll (with `minReplicaCount` 0, where it applies).
+fn cooldown_note(spec: Option<&serde_yaml_ng::Value>) -> Option<String> {
+    if yaml_int(spec.and_then(|s| s.get("minReplicaCount"))).unwrap_or(0) != 0 {
+        return None;
+    }
+    let given = yaml_int(spec.and_then(|s| s.get("cooldownPeriod")));
+    let cooldown = given.unwrap_or(KEDA_DEFAULT_COOLDOWN_S);
+    let poll = yaml_int(spec.and_then(|s| s.get("pollingInterval"))).unwrap_or(KEDA_DEFAULT_POLLING_S);
+    (cooldown > poll).then(|| {
+        let default = if given.is_none() { " (KEDA's default)" } else { "" };
+        format!(
+            "cooldownPeriod is {cooldown} s{default}: KEDA scales to zero only {cooldown} s after prescale's plan reaches \
+             zero, and the planner goes to zero only when no request is expected within the warm-up (it keeps the \
+             fleet through shorter gaps), so every idle spell pays {cooldown} s of the last replica on top: set \
+             spec.cooldownPeriod to about pollingInterval ({poll})"
+        )
+    })
 }
 
 /// What the HPA that KEDA creates for this ScaledObject would do to prescale's answers: the
@@ -365,6 +395,26 @@ spec:
         let e = r[1].errors.iter().find(|e| e.key == "metricName").unwrap_or_else(|| panic!("{:?}", r[1].errors));
         assert!(e.to_string().contains("trigger 1 of this ScaledObject uses it too"), "{e}");
         assert_eq!(e.value.as_deref(), Some("prescale-replicas"));
+    }
+
+    #[test]
+    fn a_cooldown_longer_than_a_poll_is_noted_where_the_planner_goes_to_zero() {
+        // SO: scaleToZero, minReplicaCount unset (0), no cooldownPeriod: KEDA's 300 s.
+        let r = check(SO, &BTreeMap::new()).unwrap();
+        let note =
+            r[0].notes.iter().find(|n| n.contains("cooldownPeriod")).unwrap_or_else(|| panic!("{:?}", r[0].notes));
+        assert!(note.contains("cooldownPeriod is 300 s (KEDA's default)"), "{note}");
+        assert!(note.contains("about pollingInterval (30)"), "{note}");
+        let spec = |extra: &str| {
+            SO.replace("  scaleTargetRef: {name: llama}\n", &format!("  scaleTargetRef: {{name: llama}}\n{extra}"))
+        };
+        let cooled =
+            |so: &str| check(so, &BTreeMap::new()).unwrap()[0].notes.iter().any(|n| n.contains("cooldownPeriod"));
+        assert!(!cooled(&spec("  pollingInterval: 15\n  cooldownPeriod: 15\n")));
+        assert!(cooled(&spec("  pollingInterval: 15\n  cooldownPeriod: 60\n")));
+        // Not where KEDA never goes to zero, nor where the planner does not.
+        assert!(!cooled(&spec("  minReplicaCount: 1\n")));
+        assert!(!cooled(&SO.replace("scaleToZero: true", "scaleToZero: false")));
     }
 
     #[test]
