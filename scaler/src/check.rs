@@ -76,6 +76,9 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                     c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
                     if cfg.planner.scale_to_zero {
                         c.notes.extend(cooldown_note(v.get("spec")));
+                        if ty == "external" {
+                            c.notes.extend(wake_poll_note(v.get("spec")));
+                        }
                     }
                 }
                 // prescale tells a ScaledObject's triggers apart by metric name (an edit of one
@@ -173,6 +176,25 @@ fn cooldown_note(spec: Option<&serde_yaml_ng::Value>) -> Option<String> {
              zero, and the planner goes to zero only when no request is expected within the warm-up (it keeps the \
              fleet through shorter gaps), so every idle spell pays {cooldown} s of the last replica on top: set \
              spec.cooldownPeriod to about pollingInterval ({poll})"
+        )
+    })
+}
+
+/// The longest KEDA poll that a wake from zero may wait for unnoted, seconds.
+const WAKE_POLL_MAX_S: i64 = 15;
+
+/// With `scaleToZero` on a polled `external` trigger, KEDA sees the planner's wake from zero
+/// (IsActive turning true) only at its next poll, up to `pollingInterval` after it was decided
+/// a warm-up ahead; `external-push` (StreamIsActive) is told at once.
+fn wake_poll_note(spec: Option<&serde_yaml_ng::Value>) -> Option<String> {
+    let given = yaml_int(spec.and_then(|s| s.get("pollingInterval")));
+    let poll = given.unwrap_or(KEDA_DEFAULT_POLLING_S);
+    (poll > WAKE_POLL_MAX_S).then(|| {
+        let default = if given.is_none() { " (KEDA's default)" } else { "" };
+        format!(
+            "pollingInterval is {poll} s{default}: at zero replicas KEDA sees a wake-up prescale plans a warm-up ahead \
+             only at its next poll, up to {poll} s late; use type external-push (prescale streams the wake-up at once) \
+             or pollingInterval {WAKE_POLL_MAX_S} or less"
         )
     })
 }
@@ -415,6 +437,23 @@ spec:
         // Not where KEDA never goes to zero, nor where the planner does not.
         assert!(!cooled(&spec("  minReplicaCount: 1\n")));
         assert!(!cooled(&SO.replace("scaleToZero: true", "scaleToZero: false")));
+    }
+
+    #[test]
+    fn a_slow_poll_of_a_polled_trigger_that_wakes_from_zero_is_noted() {
+        // SO: a polled external trigger with scaleToZero and KEDA's 30-s pollingInterval.
+        let woke = |so: &str| check(so, &BTreeMap::new()).unwrap()[0].notes.iter().any(|n| n.contains("wake-up"));
+        let r = check(SO, &BTreeMap::new()).unwrap();
+        let note = r[0].notes.iter().find(|n| n.contains("wake-up")).unwrap_or_else(|| panic!("{:?}", r[0].notes));
+        assert!(note.contains("pollingInterval is 30 s (KEDA's default)") && note.contains("external-push"), "{note}");
+        assert!(!woke(
+            &SO.replace(
+                "  scaleTargetRef: {name: llama}\n",
+                "  scaleTargetRef: {name: llama}\n  pollingInterval: 15\n"
+            )
+        ));
+        assert!(!woke(&SO.replace("type: external\n", "type: external-push\n")), "pushed at once");
+        assert!(!woke(&SO.replace("scaleToZero: true", "scaleToZero: false")), "never at zero");
     }
 
     #[test]
