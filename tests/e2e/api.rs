@@ -238,9 +238,9 @@ async fn recent_history(srv: &Server, mode: &str, per_replica: f64) -> Option<(f
 }
 
 /// Leaving `mode: shadow` (or any edit of the metadata) is a new trigger to prescale. Its
-/// planner used to start cold, so the days a cautious team ran in shadow taught the planner
-/// they then switched on nothing; it now replays what the old metadata's planner observed,
-/// when the demand is measured in the same units.
+/// planner used to start cold, so the days a cautious team ran in shadow (or reactively)
+/// taught the planner they then switched on nothing; it now replays what the old metadata
+/// observed, when the demand is measured in the same units.
 #[tokio::test]
 async fn an_edit_of_the_metadata_keeps_what_the_planner_learnt_when_the_demand_units_stay() {
     let Some(amqp) = service("PRESCALE_TEST_AMQP") else { return };
@@ -269,35 +269,48 @@ async fn an_edit_of_the_metadata_keeps_what_the_planner_learnt_when_the_demand_u
             }
         }
     };
-    ask(md(&[("mode", "shadow")]), 20).await;
-    let (first_shadow, _) = recent_history(&srv, "shadow", 10.0).await.expect("shadow planner history");
-    // The edit: out of shadow mode, same sources.
-    let predictive = md(&[("mode", "predictive")]);
-    ask(predictive.clone(), 1).await;
-    let (first, note) = eventually(20, "the edited trigger warmed from the old planner", || {
+    let unix = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    // The edited trigger's planner once its warm-up from the old metadata is done: the first
+    // point with demand in its history, and how many samples it was fed.
+    let warmed = |mode: &'static str| {
         let s = &srv;
         async move {
-            let (first, note) = recent_history(s, "predictive", 10.0).await?;
-            note.starts_with("warmed from the planner of the previous metadata").then_some((first, note))
+            eventually(20, "the edited trigger warmed from the old metadata", || async move {
+                let (first, note) = recent_history(s, mode, 10.0).await?;
+                let fed = note
+                    .strip_prefix("warmed from the previous metadata: ")?
+                    .split(' ')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()?;
+                Some((first, fed))
+            })
+            .await
         }
-    })
-    .await;
-    // (From the first whole 5-s bucket to the last: a cold planner's would start 20 s later.)
-    assert!(
-        first <= first_shadow + 5.0,
-        "the history from before the edit ({first_shadow}) carried over: {first}, {note}"
-    );
-    let fed: usize = note.split(": ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
-    assert!(fed >= 10, "20 one-second samples, less the partial 5-s buckets at either end: {note}");
+    };
+    // Reactive first: no planner, but what it observes is kept.
+    let started = unix();
+    ask(md(&[("mode", "reactive")]), 20).await;
+    // Into shadow mode, same sources: the planner starts from the reactive days.
+    ask(md(&[("mode", "shadow")]), 1).await;
+    let (first, fed) = warmed("shadow").await;
+    // (From the first whole 5-s bucket: a cold planner's history would start 20 s later.)
+    assert!(first <= started + 6.0, "the reactive history carried over: first demand at {first}, started {started}");
+    assert!(fed >= 10, "20 one-second samples, less the partial 5-s buckets at either end: {fed}");
+    // Out of shadow mode: from the shadow planner, which holds the reactive days too.
+    ask(md(&[("mode", "predictive")]), 1).await;
+    let (first, fed) = warmed("predictive").await;
+    assert!(first <= started + 6.0, "first demand at {first}, started {started}");
+    assert!(fed >= 12, "{fed}");
 
     // Another edit that changes what one replica absorbs: the old history is in other units,
     // so the planner starts cold.
     let rescaled = md(&[("mode", "predictive"), ("rabbitmqPerReplica", "5")]);
-    let edited_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let edited_at = unix();
     ask(rescaled, 4).await;
     let (first_cold, note) = recent_history(&srv, "predictive", 5.0).await.expect("history");
     assert!(!note.starts_with("warmed"), "{note}");
     // (Its first observation covers the sample period before its first tick, so its first 5-s
-    // bucket starts at most 6 s before the edit; the old planner's history began 20 s before.)
+    // bucket starts at most 6 s before the edit; the old history began 25 s before.)
     assert!(first_cold >= edited_at - 6.5, "nothing carried over: {first_cold} vs the edit at {edited_at}");
 }

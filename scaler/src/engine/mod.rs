@@ -147,6 +147,9 @@ pub struct ScalerEntry {
     /// The planner (predictive and shadow modes). Its task steps it once per tick; the
     /// debug page locks it briefly to serialize its full view on demand.
     predictor: Mutex<Option<predict::Predictor>>,
+    /// `mode: reactive` runs no planner but keeps what it observes, so that an edit to a
+    /// planner mode starts from it (`inherited_history`).
+    observed: Mutex<Option<prescale_forecaster::history::DemandHistory>>,
     ready: watch::Sender<bool>,
     active: watch::Sender<bool>,
     last_asked_ms: AtomicU64,
@@ -380,6 +383,7 @@ impl Engine {
     ) -> Arc<ScalerEntry> {
         tracing::info!(scaled_object = %cfg.id, sources = cfg.sources.len(), mode = ?cfg.planner.mode, "tracking ScaledObject");
         let pollers = cfg.sources.iter().map(|s| self.poller_for(s, &cfg)).collect();
+        let reactive = cfg.planner.mode == crate::config::Mode::Reactive;
         let (ready, _) = watch::channel(false);
         let (active, _) = watch::channel(false);
         let entry = Arc::new(ScalerEntry {
@@ -388,6 +392,7 @@ impl Engine {
             pollers,
             snapshot: RwLock::new(None),
             predictor: Mutex::new(None),
+            observed: Mutex::new(reactive.then(prescale_forecaster::history::DemandHistory::default)),
             ready,
             active,
             last_asked_ms: AtomicU64::new(now_ms()),
@@ -637,7 +642,7 @@ async fn run_scaler(
             let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
             let id = e.config.id.clone();
             drop(e);
-            state.history = Some("warming from the planner of the previous metadata".to_string());
+            state.history = Some("warming from the previous metadata's history".to_string());
             let (tx, rx) = tokio::sync::oneshot::channel();
             let w = weak.clone();
             tokio::spawn(async move {
@@ -902,6 +907,11 @@ impl ScalerState {
         let observed_demand = demand
             .as_ref()
             .map(|d| predict::observed_demand(d, arrival_rate, self.config.planner.capacity_per_replica));
+        if let (Some(h), Some(x)) = (e.observed.lock().unwrap_or_else(|e| e.into_inner()).as_mut(), observed_demand) {
+            let t = tick_ms as f64 / 1000.0;
+            let dt = h.last_t().map_or(self.config.sample.as_secs_f64(), |l| t - l);
+            h.observe(t, dt, x * dt);
+        }
         let mut guard = e.predictor.lock().unwrap_or_else(|e| e.into_inner());
         let mut planner_failed = false;
         let mut planner_replicas = None;
@@ -1038,9 +1048,9 @@ fn warm_permits() -> &'static tokio::sync::Semaphore {
 /// for a planner configured by `new`: when both measure demand in the same units (the same
 /// sources as `/debug/scalers` shows them, which leaves out credentials, and the same
 /// `capacityPerReplica`), the old planner's observations at `new`'s sample period, as
-/// [`predict::Predictor::warm`] takes them (first sample's time, step, values). None when the
-/// units differ, the old trigger runs no planner (or it is out warming), or it observed less
-/// than one sample period.
+/// [`predict::Predictor::warm`] takes them (first sample's time, step, values), from its planner
+/// or, in `mode: reactive`, from what it recorded. None when the units differ, the old
+/// trigger's planner is out warming, or it observed less than one sample period.
 fn inherited_history(old: &ScalerEntry, new: &ScalerConfig) -> Option<(f64, f64, Vec<f64>)> {
     let same_units = old.config.planner.capacity_per_replica == new.planner.capacity_per_replica
         && serde_json::to_value(&old.config.sources).ok() == serde_json::to_value(&new.sources).ok();
@@ -1048,8 +1058,11 @@ fn inherited_history(old: &ScalerEntry, new: &ScalerConfig) -> Option<(f64, f64,
         return None;
     }
     let step_s = new.sample.as_secs_f64().max(1.0);
-    let guard = old.predictor.lock().unwrap_or_else(|e| e.into_inner());
-    let (t0, values) = guard.as_ref()?.planner().demand_series(step_s)?;
+    let (t0, values) = match old.predictor.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some(p) => p.planner().demand_series(step_s)?,
+        // `mode: reactive`: what it recorded.
+        None => old.observed.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.series(step_s)?,
+    };
     // Each value is the demand over the step that ends at its time.
     Some((t0 + step_s, step_s, values))
 }
@@ -1073,9 +1086,7 @@ async fn warm_from_predecessor(
     })
     .await;
     let (p, note) = match joined {
-        Ok(Some((p, fed))) => {
-            (Some(p), format!("warmed from the planner of the previous metadata: {fed} samples over {hours:.1} h"))
-        }
+        Ok(Some((p, fed))) => (Some(p), format!("warmed from the previous metadata: {fed} samples over {hours:.1} h")),
         _ => (
             weak.upgrade().and_then(|e| new_predictor(&e.config).ok()),
             "replaying the previous metadata's history failed; planning from a cold start".to_string(),
