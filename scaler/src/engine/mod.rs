@@ -637,38 +637,23 @@ async fn run_scaler(
         inherited_history(&old, &e.config)
     });
     if let Some((first_s, step_s, values)) = inherited {
-        state.warm = (|| {
-            let e = weak.upgrade()?;
-            let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-            let id = e.config.id.clone();
-            drop(e);
+        state.warm = spawn_warm(&weak, move |w, config, p| {
+            warm_from_predecessor(w, config.id.clone(), p, first_s, step_s, values)
+        });
+        if state.warm.is_some() {
             state.history = Some("warming from the previous metadata's history".to_string());
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let w = weak.clone();
-            tokio::spawn(async move {
-                let _ = tx.send(warm_from_predecessor(w, id, p, first_s, step_s, values).await);
-            });
-            Some(rx)
-        })();
+        }
     }
     // Warm start: the planner is taken out now (before any live tick could move it past the
     // history) and replayed from Prometheus in the background; until it is back, the ticks
     // find no planner and answer reactively, so a restart never leaves KEDA without answers.
-    state.warm = state.warm.take().or_else(|| {
-        history.and_then(|h| {
-            let e = weak.upgrade()?;
-            let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-            let config = e.config.clone();
-            drop(e);
-            state.history = Some(format!("warming from {}", crate::redact::redact_url(&h.server)));
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let w = weak.clone();
-            tokio::spawn(async move {
-                let _ = tx.send(warm_from_history(w, config, p, h).await);
-            });
-            Some(rx)
-        })
-    });
+    if let (None, Some(h)) = (&state.warm, history) {
+        let note = format!("warming from {}", crate::redact::redact_url(&h.server));
+        state.warm = spawn_warm(&weak, move |w, config, p| warm_from_history(w, config, p, h));
+        if state.warm.is_some() {
+            state.history = Some(note);
+        }
+    }
     // First round: whatever each poller has, as soon as each has finished one read.
     let mut tick = now_ms();
     let mut first = true;
@@ -1044,6 +1029,26 @@ fn warm_permits() -> &'static tokio::sync::Semaphore {
 /// of the entry by the caller) and put the planner back ([`history`]). Returns the note
 /// `/debug/scalers` shows. A failed fetch puts the planner back cold; a panic while replaying
 /// puts a fresh one back.
+/// Take the planner out of `weak`'s entry and replay a history into it in the background with
+/// `warm` (which puts it back and returns the note for `/debug/scalers`); None when the entry
+/// has no planner to warm.
+fn spawn_warm<F, Fut>(weak: &Weak<ScalerEntry>, warm: F) -> Option<tokio::sync::oneshot::Receiver<String>>
+where
+    F: FnOnce(Weak<ScalerEntry>, Arc<ScalerConfig>, predict::Predictor) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = String> + Send + 'static,
+{
+    let e = weak.upgrade()?;
+    let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let config = e.config.clone();
+    drop(e);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let w = weak.clone();
+    tokio::spawn(async move {
+        let _ = tx.send(warm(w, config, p).await);
+    });
+    Some(rx)
+}
+
 /// The demand history of `old`, the trigger an edit of the ScaledObject's metadata replaced,
 /// for a planner configured by `new`: when both measure demand in the same units (the same
 /// sources as `/debug/scalers` shows them, which leaves out credentials, and the same
