@@ -905,8 +905,9 @@ async fn two_triggers_of_one_scaled_object_plan_the_cluster_for_the_larger_and_e
 
 /// KEDA stops asking about a deleted ScaledObject, but prescale keeps its trigger for
 /// `--idle-drop-seconds` (10 minutes by default), and its placeholders held GPU nodes for
-/// that long. The scale target's rediscovery now sees the ScaledObject gone and plans nothing
-/// for it; a ScaledObject created again under the name is followed again.
+/// that long. The scale target's rediscovery now sees the ScaledObject gone, or paused by
+/// KEDA's annotations, and plans nothing for it; a ScaledObject created again under the name,
+/// or resumed, is followed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_scaled_objects_placeholders_go_before_its_trigger_is_dropped() {
     let api = FakeApi::start().await;
@@ -935,18 +936,38 @@ async fn a_deleted_scaled_objects_placeholders_go_before_its_trigger_is_dropped(
     })
     .await;
     let d = debug_of(&server, "llama").await;
-    assert_eq!(d["cluster"]["scaledObjectGone"], true, "{d}");
+    assert_eq!(d["cluster"]["notFollowed"], true, "{d}");
     assert!(d["cluster"]["discoveryError"].as_str().unwrap_or("").contains("not found"), "{d}");
     // The trigger itself still answers (KEDA may have one call in flight).
     assert_eq!(metric(&mut c, &llama).await.ok(), Some(6));
     // Created again: followed again.
-    api.put(SCALEDOBJECTS, so);
+    api.put(SCALEDOBJECTS, so.clone());
     eventually(20, "placeholders back with the ScaledObject", || {
         let api = api.clone();
         async move { (placeholders(&api).len() == 2).then_some(()) }
     })
     .await;
-    assert_eq!(debug_of(&server, "llama").await["cluster"]["scaledObjectGone"], false);
+    assert_eq!(debug_of(&server, "llama").await["cluster"]["notFollowed"], false);
+    // Paused by KEDA's annotation: no scale-out is applied, so none is prepared for.
+    let mut paused = so.clone();
+    paused["metadata"]["annotations"] = json!({"autoscaling.keda.sh/paused": "true"});
+    api.put(SCALEDOBJECTS, paused);
+    eventually(20, "placeholders gone while paused", || {
+        let api = api.clone();
+        async move { placeholders(&api).is_empty().then_some(()) }
+    })
+    .await;
+    let d = debug_of(&server, "llama").await;
+    assert!(d["cluster"]["discoveryError"].as_str().unwrap_or("").contains("autoscaling.keda.sh/paused: true"), "{d}");
+    // Scale-in paused only: scale-outs still apply, so the plan is followed.
+    let mut scale_in = so.clone();
+    scale_in["metadata"]["annotations"] = json!({"autoscaling.keda.sh/paused-scale-in": "true"});
+    api.put(SCALEDOBJECTS, scale_in);
+    eventually(20, "placeholders back with only scale-in paused", || {
+        let api = api.clone();
+        async move { (placeholders(&api).len() == 2).then_some(()) }
+    })
+    .await;
 }
 
 /// `spec.replicas` of the static `gpu-mig` pool, when it has one.

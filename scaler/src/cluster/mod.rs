@@ -57,7 +57,8 @@ pub enum ClusterError {
     },
     #[error("{0}")]
     Target(String),
-    /// The ScaledObject itself is not in the API (deleted): nothing is written for it.
+    /// The ScaledObject is not in the API (deleted), or KEDA applies no scale-out for it
+    /// (paused): nothing is written for it.
     #[error("{0}")]
     Gone(String),
 }
@@ -213,8 +214,8 @@ struct Target {
     settings: Mutex<ClusterSettings>,
     info: RwLock<Option<TargetInfo>>,
     discovery_error: RwLock<Option<String>>,
-    /// The ScaledObject was not found at the last discovery: KEDA asks no more and its plan
-    /// is not followed (placeholders, hints, static pool asks go) while KEDA's calls drain.
+    /// At the last discovery the ScaledObject was not found (deleted) or was paused: its plan
+    /// is not followed (placeholders, hints, static pool asks go) while its trigger lingers.
     gone: AtomicBool,
     view: RwLock<TargetView>,
     pod_samples: Mutex<Samples>,
@@ -655,7 +656,8 @@ impl Cluster {
             "origin": origin,
             "target": &*read(&t.info),
             "discoveryError": &*read(&t.discovery_error),
-            "scaledObjectGone": t.gone.load(Ordering::Relaxed),
+            // Deleted or paused: its plan is not prepared for (`discoveryError` says which).
+            "notFollowed": t.gone.load(Ordering::Relaxed),
             "warmup": {
                 "pod": pod,
                 "node": node,
@@ -719,7 +721,7 @@ async fn discovery_loop(weak: std::sync::Weak<Target>, client: kube::Client, eve
             Err(e) => {
                 let gone = matches!(e, ClusterError::Gone(_));
                 if gone && !t.gone.swap(true, Ordering::Relaxed) {
-                    tracing::info!(scaled_object = %id, "the ScaledObject is gone from the API: its plan is no longer followed");
+                    tracing::info!(scaled_object = %id, reason = %e, "the ScaledObject's plan is no longer followed");
                 }
                 let msg = e.to_string();
                 if read(&t.discovery_error).as_deref() != Some(msg.as_str()) {
@@ -1132,8 +1134,9 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         let settings = lock(&t.settings).clone();
         let info = read(&t.info).clone();
         let view = read(&t.view).clone();
-        // A deleted ScaledObject plans nothing, whatever its last plan (KEDA has stopped
-        // asking, and prescale keeps its trigger until --idle-drop-seconds have passed).
+        // A deleted or paused ScaledObject plans nothing, whatever its last plan (KEDA has
+        // stopped asking or applies no scale-out; prescale keeps its trigger until
+        // --idle-drop-seconds have passed).
         let plan = if t.gone.load(Ordering::Relaxed) { Some((0, now_ms())) } else { *lock(&t.plan) };
         let (Some(info), Some((desired, _)), Some(fit)) = (info, plan, view.fit.clone()) else { continue };
         let n =

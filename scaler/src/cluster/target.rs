@@ -43,6 +43,21 @@ pub struct TargetInfo {
 }
 
 /// `spec.scaleTargetRef` of a ScaledObject: (kind, name). KEDA's default kind is Deployment.
+/// KEDA's pause annotations under which no planned scale-out is applied: the whole
+/// ScaledObject paused (at its current or a fixed count), or only its scale-out. The
+/// annotation as found, or None (`paused-scale-in` alone leaves scale-outs applied).
+pub fn paused(so: &DynamicObject) -> Option<String> {
+    let annotations = so.metadata.annotations.as_ref()?;
+    let on = |k: &str| annotations.get(k).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if let Some(n) = annotations.get("autoscaling.keda.sh/paused-replicas") {
+        return Some(format!("autoscaling.keda.sh/paused-replicas: {n}"));
+    }
+    ["autoscaling.keda.sh/paused", "autoscaling.keda.sh/paused-scale-out"]
+        .into_iter()
+        .find(|k| on(k))
+        .map(|k| format!("{k}: true"))
+}
+
 pub fn scale_target_ref(so: &DynamicObject) -> Result<(String, String), ClusterError> {
     let r = so
         .data
@@ -98,6 +113,11 @@ pub async fn discover(client: &kube::Client, namespace: &str, name: &str) -> Res
         )),
         e => ClusterError::api(format!("get ScaledObject {namespace}/{name}"), e),
     })?;
+    if let Some(why) = paused(&so) {
+        return Err(ClusterError::Gone(format!(
+            "ScaledObject {namespace}/{name} is paused ({why}): KEDA applies no scale-out, so none is prepared for"
+        )));
+    }
     let (kind, target) = scale_target_ref(&so)?;
     if kind == "StatefulSet" {
         let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
@@ -209,6 +229,27 @@ mod tests {
             "spec": {"scaleTargetRef": target}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn keda_pause_annotations_that_stop_scale_outs() {
+        let with = |a: serde_json::Value| {
+            let mut o = so(json!({"name": "llama"}));
+            o.metadata.annotations = serde_json::from_value(a).unwrap();
+            paused(&o)
+        };
+        assert_eq!(paused(&so(json!({"name": "llama"}))), None, "no annotations");
+        assert_eq!(
+            with(json!({"autoscaling.keda.sh/paused": "true"})).as_deref(),
+            Some("autoscaling.keda.sh/paused: true")
+        );
+        assert_eq!(with(json!({"autoscaling.keda.sh/paused": "false"})), None);
+        assert_eq!(
+            with(json!({"autoscaling.keda.sh/paused-replicas": "2"})).as_deref(),
+            Some("autoscaling.keda.sh/paused-replicas: 2")
+        );
+        assert!(with(json!({"autoscaling.keda.sh/paused-scale-out": "True"})).is_some());
+        assert_eq!(with(json!({"autoscaling.keda.sh/paused-scale-in": "true"})), None, "scale-outs still apply");
     }
 
     fn pool(name: &str, spec: serde_json::Value) -> DynamicObject {
