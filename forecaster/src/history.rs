@@ -353,6 +353,36 @@ mod tests {
         assert!(rates.iter().all(|r| (r - 1.0).abs() < 1e-6));
     }
 
+    proptest::proptest! {
+        /// Whatever was observed (gaps, irregular spacing, bursts), a series is finite, never
+        /// negative, no longer than the coarsest tier retains, and carries the mass the history
+        /// holds over its span.
+        #[test]
+        fn a_series_is_bounded_and_keeps_the_mass(
+            samples in proptest::collection::vec((0.5f64..4000.0, 0.0f64..50.0), 1..200),
+            start in 0.0f64..1e9,
+            step in 1.0f64..900.0,
+        ) {
+            let mut h = DemandHistory::default();
+            let mut t = start;
+            for (gap, rate) in samples {
+                t += gap;
+                h.observe(t, gap, rate * gap);
+            }
+            if let Some((t0, rates)) = h.series(step) {
+                proptest::prop_assert!(!rates.is_empty());
+                proptest::prop_assert!(rates.len() as f64 * step <= 8.0 * 86400.0 + 300.0 + step);
+                proptest::prop_assert!(t0 + 1e-6 >= start && t0 + rates.len() as f64 * step <= t + 1e-6);
+                proptest::prop_assert!(rates.iter().all(|r| r.is_finite() && *r >= 0.0));
+                let total: f64 = rates.iter().map(|r| r * step).sum();
+                let held = h.mass_between(t0, t0 + rates.len() as f64 * step);
+                // (mass_between reads the whole span from one tier, pro rata at its ends.)
+                let slack = 2.0 * 300.0 * 50.0;
+                proptest::prop_assert!((total - held).abs() <= slack, "{total} vs {held}");
+            }
+        }
+    }
+
     #[test]
     fn irregular_samples_spread_mass() {
         let mut h = DemandHistory::new(&[TierSpec { width_s: 10.0, len: 10 }]);
