@@ -550,14 +550,20 @@ fn env_for(kc: &str) -> Vec<(&str, &str)> {
 }
 
 /// The seeded fake API, a fake Prometheus answering `demand` (which the test may move) and a
-/// prescale server on both.
-async fn seeded_with_demand(demand: f64, args: &[&str]) -> (FakeApi, Arc<Mutex<f64>>, String, Server) {
+/// prescale server on both, started with `args` and `env` beside the fake API's.
+async fn seeded_with_demand(
+    demand: f64,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (FakeApi, Arc<Mutex<f64>>, String, Server) {
     let api = FakeApi::start().await;
     seed(&api);
     let demand = Arc::new(Mutex::new(demand));
     let prom = fake_prometheus(demand.clone()).await;
     let kc = kubeconfig(&api.url());
-    let server = Server::start_with_env(args, &env_for(&kc));
+    let mut all = env_for(&kc);
+    all.extend_from_slice(env);
+    let server = Server::start_with_env(args, &all);
     (api, demand, prom, server)
 }
 
@@ -565,7 +571,7 @@ async fn seeded_with_demand(demand: f64, args: &[&str]) -> (FakeApi, Arc<Mutex<f
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_replicas_land() {
-    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[]).await;
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[], &[]).await;
     let mut c = server.client().await;
     let llama = sref("llm", "llama", &md(&prom, &[("warmupSeconds", "auto"), ("karpenterMode", "headroom")]));
     let phi = sref("llm", "phi", &md(&prom, &[("karpenterMode", "off")]));
@@ -735,7 +741,7 @@ async fn replica_gauges(s: &Server, name: &str) -> BTreeMap<String, f64> {
 /// reactive answer drops, and the placeholders sized from the planner's count stayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_writes_headroom_for_the_reactive_answer_and_exports_the_planner_beside_it() {
-    let (api, demand, prom, server) = seeded_with_demand(6.0, &[]).await;
+    let (api, demand, prom, server) = seeded_with_demand(6.0, &[], &[]).await;
     let c = server.client().await;
     let llama = sref(
         "llm",
@@ -792,7 +798,7 @@ async fn shadow_mode_writes_headroom_for_the_reactive_answer_and_exports_the_pla
 /// with the edited one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_scaled_object_keeps_its_cluster_features_after_the_old_metadata_is_dropped() {
-    let (api, _demand, prom, server) = seeded_with_demand(6.0, &["--idle-drop-seconds", "5"]).await;
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &["--idle-drop-seconds", "5"], &[]).await;
     let c = server.client().await;
     let before = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
     // KEDA: asks the ScaledObject's current trigger every 300 ms.
@@ -850,7 +856,7 @@ async fn an_edited_scaled_object_keeps_its_cluster_features_after_the_old_metada
 /// trigger (the first registered) instead of alternating between the two every tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_triggers_of_one_scaled_object_plan_the_cluster_for_the_larger_and_export_one_series() {
-    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[]).await;
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[], &[]).await;
     let mut c = server.client().await;
     let queue = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
     let gpu = sref(
@@ -910,13 +916,7 @@ async fn two_triggers_of_one_scaled_object_plan_the_cluster_for_the_larger_and_e
 /// or resumed, is followed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_scaled_objects_placeholders_go_before_its_trigger_is_dropped() {
-    let api = FakeApi::start().await;
-    seed(&api);
-    let prom = fake_prometheus(Arc::new(Mutex::new(6.0))).await;
-    let kc = kubeconfig(&api.url());
-    let mut env = env_for(&kc);
-    env.push(("PRESCALE_REDISCOVER_SECONDS", "1"));
-    let server = Server::start_with_env(&[], &env);
+    let (api, _demand, prom, server) = seeded_with_demand(6.0, &[], &[("PRESCALE_REDISCOVER_SECONDS", "1")]).await;
     let mut c = server.client().await;
     let llama = sref("llm", "llama", &md(&prom, &[("karpenterMode", "headroom"), ("mode", "reactive")]));
     eventually(20, "answer", || {

@@ -240,11 +240,11 @@ struct Inner {
 
 type Scalers = HashMap<u64, Vec<Arc<ScalerEntry>>>;
 
-/// Whether `a` and `b` are triggers of one ScaledObject with one metric name: the same
+/// Whether `a` and `b` configure triggers of one ScaledObject with one metric name: the same
 /// trigger before and after an edit of its metadata (two triggers of a ScaledObject have
 /// different metric names, which KEDA's HPA needs).
-fn same_trigger(a: &ScalerEntry, b: &ScalerEntry) -> bool {
-    a.config.id == b.config.id && a.config.metric_name == b.config.metric_name
+fn same_trigger(a: &ScalerConfig, b: &ScalerConfig) -> bool {
+    a.id == b.id && a.metric_name == b.metric_name
 }
 
 /// The engine handle (cheap to clone).
@@ -363,7 +363,7 @@ impl Engine {
                 let predecessor = map
                     .values()
                     .flatten()
-                    .filter(|o| o.config.id == cfg.id && o.config.metric_name == cfg.metric_name)
+                    .filter(|o| same_trigger(&o.config, &cfg))
                     .max_by_key(|o| o.serial)
                     .map(Arc::downgrade);
                 let entry = self.register(identity, cfg, predecessor);
@@ -414,7 +414,7 @@ impl Engine {
     /// and when KEDA returns to a superseded trigger, never on an ordinary call.
     fn make_current(&self, map: &Scalers, e: &Arc<ScalerEntry>) {
         for other in map.values().flatten() {
-            if !Arc::ptr_eq(other, e) && same_trigger(other, e) {
+            if !Arc::ptr_eq(other, e) && same_trigger(&other.config, &e.config) {
                 other.superseded.store(true, Ordering::Relaxed);
             }
         }
@@ -478,10 +478,14 @@ impl Engine {
             let same_so: Vec<Arc<ScalerEntry>> =
                 map.values().flatten().filter(|o| o.config.id == e.config.id).cloned().collect();
             if !same_so.is_empty() {
-                let same: Vec<&Arc<ScalerEntry>> = same_so.iter().filter(|o| same_trigger(o, e)).collect();
+                let same: Vec<&Arc<ScalerEntry>> =
+                    same_so.iter().filter(|o| same_trigger(&o.config, &e.config)).collect();
                 match same.iter().max_by_key(|o| o.serial) {
+                    // Only older metadata is left: the newest of it is current again (this
+                    // also reassigns who exports the gauges).
                     Some(newest) if same.iter().all(|o| o.superseded.load(Ordering::Relaxed)) => {
-                        self.make_current(&map, newest)
+                        self.make_current(&map, newest);
+                        continue;
                     }
                     Some(_) => {}
                     None => {
@@ -637,9 +641,7 @@ async fn run_scaler(
         inherited_history(&old, &e.config)
     });
     if let Some((first_s, step_s, values)) = inherited {
-        state.warm = spawn_warm(&weak, move |w, config, p| {
-            warm_from_predecessor(w, config.id.clone(), p, first_s, step_s, values)
-        });
+        state.warm = spawn_warm(&weak, move |config, p| warm_from_predecessor(config, p, first_s, step_s, values));
         if state.warm.is_some() {
             state.history = Some("warming from the previous metadata's history".to_string());
         }
@@ -649,7 +651,7 @@ async fn run_scaler(
     // find no planner and answer reactively, so a restart never leaves KEDA without answers.
     if let (None, Some(h)) = (&state.warm, history) {
         let note = format!("warming from {}", crate::redact::redact_url(&h.server));
-        state.warm = spawn_warm(&weak, move |w, config, p| warm_from_history(w, config, p, h));
+        state.warm = spawn_warm(&weak, move |config, p| warm_from_history(config, p, h));
         if state.warm.is_some() {
             state.history = Some(note);
         }
@@ -1025,17 +1027,14 @@ fn warm_permits() -> &'static tokio::sync::Semaphore {
     PERMITS.get_or_init(|| tokio::sync::Semaphore::new(1))
 }
 
-/// Fetch a new ScaledObject's demand history, replay it through its planner `p` (taken out
-/// of the entry by the caller) and put the planner back ([`history`]). Returns the note
-/// `/debug/scalers` shows. A failed fetch puts the planner back cold; a panic while replaying
-/// puts a fresh one back.
-/// Take the planner out of `weak`'s entry and replay a history into it in the background with
-/// `warm` (which puts it back and returns the note for `/debug/scalers`); None when the entry
-/// has no planner to warm.
+/// Take the planner out of `weak`'s entry (before any live tick could move it past the
+/// history), warm it in the background with `warm`, and put back what that returns (the
+/// warmed planner, or a cold one); the receiver gets the note for `/debug/scalers`. None when
+/// the entry has no planner to warm.
 fn spawn_warm<F, Fut>(weak: &Weak<ScalerEntry>, warm: F) -> Option<tokio::sync::oneshot::Receiver<String>>
 where
-    F: FnOnce(Weak<ScalerEntry>, Arc<ScalerConfig>, predict::Predictor) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = String> + Send + 'static,
+    F: FnOnce(Arc<ScalerConfig>, predict::Predictor) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (Option<predict::Predictor>, String)> + Send + 'static,
 {
     let e = weak.upgrade()?;
     let p = e.predictor.lock().unwrap_or_else(|e| e.into_inner()).take()?;
@@ -1044,9 +1043,34 @@ where
     let (tx, rx) = tokio::sync::oneshot::channel();
     let w = weak.clone();
     tokio::spawn(async move {
-        let _ = tx.send(warm(w, config, p).await);
+        let (p, note) = warm(config, p).await;
+        if let (Some(p), Some(e)) = (p, w.upgrade()) {
+            *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        }
+        let _ = tx.send(note);
     });
     Some(rx)
+}
+
+/// Replay `values` (the demand over the step ending at `first_s + i · step_s`) through `p`
+/// under the warm permit, off the runtime's threads: the warmed planner and how many samples
+/// it was fed, or, when the replay panicked, a fresh planner and None.
+async fn replay_into(
+    config: &ScalerConfig,
+    mut p: predict::Predictor,
+    first_s: f64,
+    step_s: f64,
+    values: Vec<f64>,
+) -> (Option<predict::Predictor>, Option<usize>) {
+    let _permit = warm_permits().acquire().await;
+    let id = config.id.clone();
+    let joined =
+        tokio::task::spawn_blocking(move || guarded(&id, || p.warm(first_s, step_s, &values)).map(|fed| (p, fed)))
+            .await;
+    match joined {
+        Ok(Some((p, fed))) => (Some(p), Some(fed)),
+        _ => (new_predictor(config).ok(), None),
+    }
 }
 
 /// The demand history of `old`, the trigger an edit of the ScaledObject's metadata replaced,
@@ -1072,44 +1096,33 @@ fn inherited_history(old: &ScalerEntry, new: &ScalerConfig) -> Option<(f64, f64,
     Some((t0 + step_s, step_s, values))
 }
 
-/// Replay `values` (see [`inherited_history`]) into the new trigger's planner `p` off the
-/// runtime's threads, and put it in place; the note for `/debug/scalers`.
+/// Replay the previous metadata's history (see [`inherited_history`]) into the new trigger's
+/// planner `p`: the planner to put back and the note for `/debug/scalers`.
 async fn warm_from_predecessor(
-    weak: Weak<ScalerEntry>,
-    id: ScalerId,
-    mut p: predict::Predictor,
+    config: Arc<ScalerConfig>,
+    p: predict::Predictor,
     first_s: f64,
     step_s: f64,
     values: Vec<f64>,
-) -> String {
-    let _permit = warm_permits().acquire().await;
+) -> (Option<predict::Predictor>, String) {
     let hours = values.len() as f64 * step_s / 3600.0;
-    let who = id.clone();
-    let joined = tokio::task::spawn_blocking(move || {
-        let fed = guarded(&who, || p.warm(first_s, step_s, &values));
-        fed.map(|fed| (p, fed))
-    })
-    .await;
-    let (p, note) = match joined {
-        Ok(Some((p, fed))) => (Some(p), format!("warmed from the previous metadata: {fed} samples over {hours:.1} h")),
-        _ => (
-            weak.upgrade().and_then(|e| new_predictor(&e.config).ok()),
-            "replaying the previous metadata's history failed; planning from a cold start".to_string(),
-        ),
+    let (p, fed) = replay_into(&config, p, first_s, step_s, values).await;
+    let note = match fed {
+        Some(fed) => format!("warmed from the previous metadata: {fed} samples over {hours:.1} h"),
+        None => "replaying the previous metadata's history failed; planning from a cold start".to_string(),
     };
-    if let (Some(p), Some(e)) = (p, weak.upgrade()) {
-        *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
-    }
-    tracing::info!(scaled_object = %id, "{note}");
-    note
+    tracing::info!(scaled_object = %config.id, "{note}");
+    (p, note)
 }
 
+/// Fetch a new ScaledObject's demand history from Prometheus ([`history`]) and replay it
+/// through its planner `p`: the planner to put back and the note `/debug/scalers` shows. A
+/// failed fetch gives the planner back cold; a panic while replaying gives a fresh one.
 async fn warm_from_history(
-    weak: Weak<ScalerEntry>,
     config: Arc<ScalerConfig>,
-    mut p: predict::Predictor,
+    p: predict::Predictor,
     h: history::HistoryOptions,
-) -> String {
+) -> (Option<predict::Predictor>, String) {
     let id = &config.id;
     let step_s = config.sample.as_secs().max(1);
     let now_s = i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX);
@@ -1117,33 +1130,25 @@ async fn warm_from_history(
     let (p, r) = match history::fetch(&reqwest::Client::new(), &h, id, step_s, now_s).await {
         Ok(mut series) => {
             history::seasonal_fill(&mut series);
-            let _permit = warm_permits().acquire().await;
-            let id = id.clone();
-            let joined = tokio::task::spawn_blocking(move || {
-                // Up to the last sample only: after it the history is unknown (the replicas
-                // were down), not the last value repeated.
-                let sampled = &series.values[..series.sampled_len.min(series.values.len())];
-                let fed = guarded(&id, || p.warm(series.first_s as f64, series.step_s as f64, sampled));
-                (fed.is_some().then_some(p), fed.map(|fed| (series, fed)))
-            })
-            .await;
-            match joined {
-                Ok((Some(p), Some(r))) => (Some(p), Ok(r)),
-                _ => (new_predictor(&config).ok(), Err("replaying it failed".to_string())),
+            // Up to the last sample only: after it the history is unknown (the replicas were
+            // down), not the last value repeated. (`describe` reads the series' other fields.)
+            let mut values = std::mem::take(&mut series.values);
+            values.truncate(series.sampled_len);
+            let (first_s, step) = (series.first_s as f64, series.step_s as f64);
+            match replay_into(&config, p, first_s, step, values).await {
+                (p, Some(fed)) => (p, Ok((series, fed))),
+                (p, None) => (p, Err("replaying it failed".to_string())),
             }
         }
         Err(err) => (Some(p), Err(err)),
     };
-    if let (Some(p), Some(e)) = (p, weak.upgrade()) {
-        *e.predictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
-    }
     let note = history::describe(&r, &server);
     if r.is_ok() {
         tracing::info!(scaled_object = %id, "{note}");
     } else {
         tracing::warn!(scaled_object = %id, "{note}");
     }
-    note
+    (p, note)
 }
 
 #[cfg(test)]
