@@ -110,7 +110,7 @@ SCENARIOS = {
                                 "clientCASecretName": "keda-client-ca"}},
     "external-metrics-secret": {"externalMetrics": {"enabled": True, "tlsSecretName": "prescale-metrics-tls",
                                                     "requestheaderAllowedNames": ["front-proxy-client", "aggregator"], "apiService": {"caBundle": "TFMwdExTMUNSVWRKVGc9PQ=="},
-                                                    "metrics": [{"name": "q", "metadata": {"sqsQueueURL": "https://sqs.eu-west-1.amazonaws.com/123456789012/q",
+                                                    "metrics": [{"name": "llama_sqs", "metadata": {"sqsQueueURL": "https://sqs.eu-west-1.amazonaws.com/123456789012/q",
                                                                                    "sqsAwsRegion": "eu-west-1"}}]}},
     "cert-manager-own-issuer": {"tls": {"enabled": True, "certManager": {"enabled": True,
                                 "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},
@@ -534,7 +534,7 @@ def check_metrics_config(sc, cfg):
         if not {"name", "metadata"} <= set(m) <= {"name", "metadata", "labels"}:
             problem(sc, f"metric entry must have name, metadata and optionally labels: {m}")
             continue
-        if not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", str(m["name"])):
+        if not re.match(r"^[-_.a-z0-9]+$", str(m["name"])):
             problem(sc, f"metric name {m['name']!r} must be lowercase")
         if m["name"] in names:
             problem(sc, f"duplicate metric {m['name']}")

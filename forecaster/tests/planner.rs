@@ -82,11 +82,16 @@ fn prescales_before_recurring_daily_peak() {
     assert!(night.unwrap().desired <= 8);
 }
 
-#[test]
-fn wakes_from_zero_before_recurring_arrival() {
-    // A client that sends 1 rps from 09:00 to 09:20 every day and nothing else; W = 180.
+/// A client that sends 1 rps from 09:00 to 09:20 every day and nothing else, W = 180 s, under
+/// a planner with floor `min` and scale-to-zero: its decisions at 03:00 and one warm-up plus
+/// one interval before 09:00 on day 3.
+fn recurring_client_night_and_wake(
+    min: u32,
+) -> (prescale_forecaster::planner::Decision, prescale_forecaster::planner::Decision) {
     let w = 180.0;
-    let mut p = Planner::new(cfg(0.5, w)).unwrap();
+    let mut c = cfg(0.5, w);
+    c.min_replicas = min;
+    let mut p = Planner::new(c).unwrap();
     let mut t = 0.0;
     let start = 9.0 * 3600.0;
     let day3_wake = 3.0 * DAY + start;
@@ -104,13 +109,25 @@ fn wakes_from_zero_before_recurring_arrival() {
             before = Some(p.plan(t, 0, 0));
         }
     }
-    let night = at_night.unwrap();
+    (at_night.unwrap(), before.unwrap())
+}
+
+#[test]
+fn wakes_from_zero_before_recurring_arrival() {
+    let (night, d) = recurring_client_night_and_wake(0);
     assert_eq!(night.desired, 0, "not at zero at night: {}", night.reason);
     assert!(matches!(night.reason, Reason::ToZero { .. }), "{}", night.reason);
-    let d = before.unwrap();
     assert!(d.desired >= 2, "no wake: {} ({})", d.desired, d.reason);
     assert!(matches!(d.reason, Reason::Wake { .. }), "{}", d.reason);
     assert!(d.reason.to_string().starts_with("wake"));
+}
+
+#[test]
+fn with_scale_to_zero_the_floor_applies_to_a_woken_fleet_only() {
+    // KEDA's idleReplicaCount: 0 beside minReplicaCount: 6: idle at zero, at least 6 once woken.
+    let (night, d) = recurring_client_night_and_wake(6);
+    assert_eq!(night.desired, 0, "the floor kept an idle fleet up: {}", night.reason);
+    assert!(d.desired >= 6, "woke to {} under a floor of 6 ({})", d.desired, d.reason);
 }
 
 #[test]
@@ -227,12 +244,13 @@ proptest! {
              prop_oneof![Just(f64::NAN), Just(-7.0), 0.0f64..1e5],
              prop_oneof![0u32..50, Just(u32::MAX)], prop_oneof![0u32..50, Just(u32::MAX)], any::<bool>()),
             1..300),
-        min in 0u32..5, extra in 0u32..40, w in 0.0f64..1200.0, cap in 0.01f64..100.0,
+        min in 0u32..5, extra in 0u32..40, w in 0.0f64..1200.0, cap in 0.01f64..100.0, to_zero in any::<bool>(),
     ) {
         let mut c = PlannerConfig::new(cap, WarmupDist::Fixed(w), 15.0, 5.0);
         c.min_replicas = min;
         c.max_replicas = min + extra;
-        c.scale_to_zero = min == 0;
+        c.scale_to_zero = min == 0 || to_zero;
+        let c_to_zero = c.scale_to_zero;
         let mut p = Planner::new(c).unwrap();
         let mut t = 0.0;
         for (a, dt, b, ready, warming, decide) in steps {
@@ -240,7 +258,9 @@ proptest! {
             p.observe(t, dt, a, b);
             if decide {
                 let d = p.plan(t, ready, warming);
-                prop_assert!(d.desired >= min && d.desired <= min + extra);
+                // 0 or within the bounds with scale-to-zero; within them without.
+                let idle = c_to_zero && d.desired == 0;
+                prop_assert!(idle || (d.desired >= min && d.desired <= min + extra), "{} in [{min}, {}]", d.desired, min + extra);
                 prop_assert!(!d.reason.to_string().is_empty());
             }
         }

@@ -98,9 +98,11 @@ fuzz_target!(|data: &[u8]| {
                 Some(need)
             })
             .collect();
-        let size = headroom::static_pool_replicas(current, base, &needs, removable);
+        let limit = st.get("limit").and_then(Value::as_i64);
+        let size = headroom::static_pool_replicas(current, base, &needs, removable, limit);
         if needs.iter().any(|n| *n > 0) {
             assert!(size >= current, "{size} < {current} with a need");
+            assert!(limit.is_none_or(|l| size <= l.max(current)), "{size} past limits.nodes {limit:?} from {current}");
         } else {
             assert!(size <= current && size >= current.min(base), "{size} from {current}, base {base}");
             assert!(current - size <= i64::from(removable));

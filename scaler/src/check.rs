@@ -74,6 +74,7 @@ pub fn check(text: &str, env: &BTreeMap<String, String>) -> Result<Vec<Checked>,
                 }
                 if let Some(cfg) = &c.config {
                     c.notes.extend(bounds_notes(v.get("spec"), cfg.planner.min_replicas, cfg.planner.max_replicas));
+                    c.notes.extend(zero_note(v.get("spec"), cfg.planner.scale_to_zero));
                     if cfg.planner.scale_to_zero {
                         c.notes.extend(cooldown_note(v.get("spec")));
                         if ty == "external" {
@@ -163,7 +164,7 @@ const KEDA_DEFAULT_POLLING_S: i64 = 30;
 /// through shorter gaps, so the cooldown is paid again on every idle spell. A note where it
 /// is longer than one poll (with `minReplicaCount` 0, where it applies).
 fn cooldown_note(spec: Option<&serde_yaml_ng::Value>) -> Option<String> {
-    if yaml_int(spec.and_then(|s| s.get("minReplicaCount"))).unwrap_or(0) != 0 {
+    if !keda_may_idle_at_zero(spec) {
         return None;
     }
     let given = yaml_int(spec.and_then(|s| s.get("cooldownPeriod")));
@@ -177,6 +178,27 @@ fn cooldown_note(spec: Option<&serde_yaml_ng::Value>) -> Option<String> {
              fleet through shorter gaps), so every idle spell pays {cooldown} s of the last replica on top: set \
              spec.cooldownPeriod to about pollingInterval ({poll})"
         )
+    })
+}
+
+/// Whether KEDA takes this ScaledObject's fleet to zero once every trigger is inactive:
+/// `minReplicaCount` 0 (the default) or `idleReplicaCount: 0`.
+fn keda_may_idle_at_zero(spec: Option<&serde_yaml_ng::Value>) -> bool {
+    let count = |key: &str| yaml_int(spec.and_then(|s| s.get(key)));
+    count("minReplicaCount").unwrap_or(0) == 0 || count("idleReplicaCount") == Some(0)
+}
+
+/// Without `scaleToZero` the planner's answer is at least 1, so `IsActive` stays true and a
+/// ScaledObject that KEDA would take to zero (see [`keda_may_idle_at_zero`]) never gets there
+/// once the planner answers (`mode: predictive`; shadow mode answers reactively, which does
+/// reach zero, and the switch would change that).
+fn zero_note(spec: Option<&serde_yaml_ng::Value>, scale_to_zero: bool) -> Option<String> {
+    (!scale_to_zero && keda_may_idle_at_zero(spec)).then(|| {
+        "KEDA would take this fleet to zero when idle (minReplicaCount 0 or idleReplicaCount 0), but scaleToZero is \
+         false: the planner keeps at least one replica, so IsActive stays true and the fleet never reaches zero (in \
+         mode shadow or reactive the answer is KEDA's own and does): set scaleToZero: \"true\" to let the planner \
+         take it to zero when no request is expected within the warm-up, or minReplicaCount 1 to say you keep one"
+            .to_string()
     })
 }
 
@@ -381,12 +403,13 @@ spec:
         let tuned = tuned.replace("scaleToZero: true", "scaleToZero: true\n      hpaTolerance: 0");
         let r = check(&tuned, &BTreeMap::new()).unwrap();
         assert!(r[0].notes.iter().all(|n| !n.contains("HPA")), "{:?}", r[0].notes);
-        // A 5 % tolerance (as a quantity): 21/20 and 19/20 are just past 0.05 in f64, so one-replica
-        // moves are dropped from 21 replicas on (not ceil(1/0.05) = 20).
+        // A 5 % tolerance (as a quantity): 21/20 is 1.05 in f64, the edge itself, which
+        // Kubernetes 1.33+ keeps within its band (`hpa::applied`), so one-replica moves are
+        // dropped from 20 replicas on (before 1.33, from 21: |1 − 21/20| is just past 0.05).
         let loose = tuned.replace("tolerance: 0}", "tolerance: 50m}").replace("hpaTolerance: 0", "hpaTolerance: 0.05");
         let r = check(&loose, &BTreeMap::new()).unwrap();
         assert!(
-            r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 21 replicas")),
+            r[0].notes.iter().any(|n| n.contains("scale-up 0.05") && n.contains("from 20 replicas")),
             "{:?}",
             r[0].notes
         );
@@ -437,6 +460,25 @@ spec:
         // Not where KEDA never goes to zero, nor where the planner does not.
         assert!(!cooled(&spec("  minReplicaCount: 1\n")));
         assert!(!cooled(&SO.replace("scaleToZero: true", "scaleToZero: false")));
+        // idleReplicaCount 0 goes to zero too, after the same cooldown.
+        assert!(cooled(&spec("  minReplicaCount: 1\n  idleReplicaCount: 0\n")));
+    }
+
+    #[test]
+    fn a_fleet_keda_would_idle_at_zero_without_scale_to_zero_is_noted() {
+        let spec = |extra: &str| {
+            SO.replace("scaleToZero: true", "scaleToZero: false")
+                .replace("  scaleTargetRef: {name: llama}\n", &format!("  scaleTargetRef: {{name: llama}}\n{extra}"))
+        };
+        let noted = |so: &str| {
+            let r = check(so, &BTreeMap::new()).unwrap();
+            r[0].notes.iter().find(|n| n.contains("never reaches zero")).cloned()
+        };
+        let note = noted(&spec("")).expect("minReplicaCount 0 without scaleToZero");
+        assert!(note.contains("scaleToZero: \"true\""), "{note}");
+        assert!(noted(&spec("  minReplicaCount: 2\n  idleReplicaCount: 0\n")).is_some());
+        assert!(noted(&spec("  minReplicaCount: 1\n")).is_none(), "KEDA keeps one anyway");
+        assert!(noted(SO).is_none(), "scaleToZero is on");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod redact;
 pub mod replay;
 pub mod serve;
 pub mod sources;
+pub mod tls;
 
 /// KEDA's `externalscaler` protocol, generated from `proto/externalscaler.proto`.
 #[allow(clippy::all, missing_docs)]

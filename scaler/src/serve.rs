@@ -38,8 +38,111 @@ pub enum ServeError {
     ExternalMetrics(#[from] crate::extmetrics::ExtError),
 }
 
-fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, ServeError> {
-    std::fs::read(path).map_err(|e| ServeError::Tls(format!("cannot read {what} {}: {e}", path.display())))
+/// The gRPC port's TLS: the reloading serving configuration and the client CA file of
+/// mutual TLS.
+struct GrpcTls {
+    serving: Arc<crate::tls::Reloading>,
+    client_ca: Option<PathBuf>,
+}
+
+/// The gRPC port's TLS, when configured.
+fn grpc_tls(opts: &ServeOptions) -> Result<Option<GrpcTls>, ServeError> {
+    let tls_err = |e: crate::tls::TlsError| ServeError::Tls(e.to_string());
+    match (&opts.tls_cert, &opts.tls_key) {
+        (Some(cert), Some(key)) => {
+            let cas = match &opts.tls_client_ca {
+                Some(ca) => crate::tls::read_certs(ca).map_err(tls_err)?,
+                None => Vec::new(),
+            };
+            let serving = crate::tls::Serving {
+                what: "gRPC",
+                cert: cert.clone(),
+                key: key.clone(),
+                client_certs: crate::tls::ClientCerts::Required,
+                alpn: vec![b"h2".to_vec()],
+            };
+            let reloading = crate::tls::Reloading::new(serving, &cas).map_err(tls_err)?;
+            Ok(Some(GrpcTls { serving: Arc::new(reloading), client_ca: opts.tls_client_ca.clone() }))
+        }
+        (None, None) if opts.tls_client_ca.is_some() => {
+            Err(ServeError::Tls("--tls-client-ca needs --tls-cert and --tls-key".into()))
+        }
+        (None, None) => Ok(None),
+        _ => Err(ServeError::Tls("--tls-cert and --tls-key go together".into())),
+    }
+}
+
+/// Re-read the gRPC port's certificate, key and client CA when their files change, until
+/// `stop`. A client CA file that no longer reads is logged and the previous CAs kept.
+async fn reload_grpc_tls(
+    tls: Arc<crate::tls::Reloading>,
+    client_ca: Option<PathBuf>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut cas = match &client_ca {
+        Some(p) => crate::tls::read_certs(p).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut ca_stamp = client_ca.as_deref().and_then(crate::tls::mtime);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::tls::Reloading::POLL) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let mut force = false;
+        if let Some(p) = &client_ca {
+            let stamp = crate::tls::mtime(p);
+            if stamp != ca_stamp {
+                match crate::tls::read_certs(p) {
+                    Ok(read) => {
+                        (cas, ca_stamp, force) = (read, stamp, true);
+                    }
+                    Err(e) => tracing::error!(error = %e, "gRPC TLS: keeping the previous client CA"),
+                }
+            }
+        }
+        tls.maybe_reload(&cas, force);
+    }
+}
+
+/// The gRPC port's connections over TLS: each accepted connection's handshake runs on its own
+/// task (bounded to 10 s, so a client that stalls it holds no one else up) with the serving
+/// configuration current at its accept.
+fn tls_incoming(
+    listener: tokio::net::TcpListener,
+    tls: Arc<crate::tls::Reloading>,
+) -> tokio_stream::wrappers::ReceiverStream<
+    Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>,
+> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "gRPC: accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = tx.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(error = %e, "gRPC: TLS handshake failed"),
+                    Err(_) => tracing::debug!("gRPC: TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// Run until `shutdown` resolves (SIGTERM / Ctrl-C in the binary).
@@ -56,21 +159,9 @@ pub async fn serve(
 
     let mut builder =
         tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(30))).tcp_nodelay(true);
-    match (&opts.tls_cert, &opts.tls_key) {
-        (Some(c), Some(k)) => {
-            let identity = tonic::transport::Identity::from_pem(read(c, "certificate")?, read(k, "key")?);
-            let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
-            if let Some(ca) = &opts.tls_client_ca {
-                tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(ca, "client CA")?));
-            }
-            builder = builder.tls_config(tls)?;
-        }
-        (None, None) if opts.tls_client_ca.is_some() => {
-            return Err(ServeError::Tls("--tls-client-ca needs --tls-cert and --tls-key".into()))
-        }
-        (None, None) => {}
-        _ => return Err(ServeError::Tls("--tls-cert and --tls-key go together".into())),
-    }
+    // TLS is terminated here rather than by tonic's own TLS settings, which read the
+    // certificate once: the serving pair is re-read when cert-manager renews it.
+    let tls = grpc_tls(&opts)?;
 
     let grpc_listener = tokio::net::TcpListener::bind(opts.grpc_addr).await.map_err(|source| ServeError::Bind {
         what: "gRPC",
@@ -110,7 +201,6 @@ pub async fn serve(
     let http = tokio::spawn(async move { axum::serve(http_listener, app).with_graceful_shutdown(http_stop).await });
 
     let service = crate::grpc::Service::new(engine.clone()).into_server();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
     ready.store(true, Ordering::Relaxed);
     let ready2 = ready.clone();
     let grpc_stop = {
@@ -123,7 +213,18 @@ pub async fn serve(
     };
     // Graceful, but bounded: a client that never closes its connection (KEDA holds
     // StreamIsActive open) must not keep a terminating pod alive past the drain time.
-    let server = builder.add_service(service).serve_with_incoming_shutdown(incoming, grpc_stop);
+    let router = builder.add_service(service);
+    let server: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls {
+            Some(GrpcTls { serving, client_ca }) => {
+                tokio::spawn(reload_grpc_tls(serving.clone(), client_ca, stop_rx.clone()));
+                Box::pin(router.serve_with_incoming_shutdown(tls_incoming(grpc_listener, serving), grpc_stop))
+            }
+            None => Box::pin(router.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                grpc_stop,
+            )),
+        };
     let drain_deadline = {
         let rx = stop_rx.clone();
         async move {

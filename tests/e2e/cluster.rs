@@ -212,6 +212,9 @@ impl FakeApi {
             self.state.lock().unwrap().writes.push(format!("{method} {path}"));
         }
         let nsv = ns.clone().unwrap_or_default();
+        if path.ends_with("/scale") {
+            return self.scale(method, &coll, &nsv, name.as_deref().unwrap_or(""), &body);
+        }
         match (method.clone(), name) {
             (Method::GET, None) if q.get("watch").map(String::as_str) == Some("true") => {
                 let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -274,6 +277,33 @@ impl FakeApi {
             },
             _ => status(405, "MethodNotAllowed", format!("{method} {path}")),
         }
+    }
+
+    /// The `scale` subresource (autoscaling/v1 Scale) of an object whose `spec.replicas` it
+    /// scales and whose `status.nodes` (a NodePool's statuspath) it reports: GET, and a merge
+    /// PATCH of `spec.replicas`.
+    fn scale(&self, method: Method, coll: &str, ns: &str, name: &str, body: &[u8]) -> Response {
+        let Some(mut obj) = self.get(coll, ns, name) else {
+            return status(404, "NotFound", format!("{coll} \"{name}\" not found"));
+        };
+        if method == Method::PATCH {
+            let patch: Value = serde_json::from_slice(body).unwrap_or(json!({}));
+            let Some(replicas) = patch.pointer("/spec/replicas").and_then(Value::as_i64) else {
+                return status(422, "Invalid", "a Scale patch sets spec.replicas".to_string());
+            };
+            obj["spec"]["replicas"] = json!(replicas);
+            self.put(coll, obj);
+            obj = self.get(coll, ns, name).unwrap_or_default();
+        } else if method != Method::GET {
+            return status(405, "MethodNotAllowed", format!("{method} {coll}/{name}/scale"));
+        }
+        let meta = &obj["metadata"];
+        axum::Json(json!({"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": meta["name"], "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+                "creationTimestamp": meta["creationTimestamp"]},
+            "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+            "status": {"replicas": obj.pointer("/status/nodes").cloned().unwrap_or(json!(0))}}))
+        .into_response()
     }
 
     fn watch(&self, coll: String, ns: Option<String>, selector: String, from: u64, timeout_s: u64) -> Response {
@@ -1017,6 +1047,10 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
     assert_eq!(pool["metadata"]["annotations"]["prescale.io/static-base-replicas"], "2", "{pool}");
     assert_eq!(pool["metadata"]["annotations"]["prescale.io/static-resized-by"], "prescale.prescale-leader", "{pool}");
     assert!(placeholders(&api).is_empty(), "a resized static pool takes no placeholders");
+    // Resized through the scale subresource (what rbac.karpenter.resizeNodePools grants),
+    // never by a patch of the NodePool's spec.
+    let writes = api.writes();
+    assert!(writes.iter().any(|w| w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale"), "{writes:?}");
 
     // Karpenter launches the nodes: they join with their room free. The pool keeps them.
     for i in 0..(grown - 2) {

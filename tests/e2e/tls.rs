@@ -85,7 +85,25 @@ async fn tls_and_mutual_tls_on_the_grpc_port() {
     c.get_metric_spec(spec_ref()).await.expect("call over TLS");
     let mut plain = ExternalScalerClient::connect(srv.grpc.clone()).await.expect("tcp connect");
     assert!(plain.get_metric_spec(spec_ref()).await.is_err(), "plaintext h2c must fail on a TLS port");
+    // Renewal (cert-manager rewrites the Secret): a pair from another CA is written over the
+    // files; new connections get it without a restart, and the old CA no longer verifies it.
+    let first_pair = (std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+    let (renewed_params, renewed_key, renewed_ca) = self::ca("renewed CA");
+    let (srv_cert, srv_key) = leaf(&Issuer::new(renewed_params, renewed_key), "localhost");
+    std::fs::write(&key, srv_key).unwrap();
+    std::fs::write(&cert, srv_cert).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut renewed = connect(&srv, &renewed_ca, None).await;
+    while renewed.is_err() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        renewed = connect(&srv, &renewed_ca, None).await;
+    }
+    let mut c = renewed.expect("the renewed certificate is served without a restart");
+    c.get_metric_spec(spec_ref()).await.expect("call over the renewed certificate");
+    assert!(connect(&srv, &p.ca_pem, None).await.is_err(), "the replaced certificate is still served");
     drop(srv);
+    std::fs::write(&cert, first_pair.0).unwrap();
+    std::fs::write(&key, first_pair.1).unwrap();
 
     // mTLS: only clients with a certificate from the client CA.
     let srv = Server::start(&[

@@ -1275,7 +1275,7 @@ impl Planner {
         if desired > self.cfg.max_replicas {
             desired = self.cfg.max_replicas;
             reason = Reason::Bound { limit: self.cfg.max_replicas };
-        } else if desired < self.cfg.min_replicas {
+        } else if desired < self.cfg.min_replicas && !(self.cfg.scale_to_zero && desired == 0) {
             desired = self.cfg.min_replicas;
             reason = Reason::Bound { limit: self.cfg.min_replicas };
         }

@@ -61,6 +61,9 @@ pub struct PlannerConfig {
     pub interval_s: f64,
     /// Queueing delay a request may see, seconds.
     pub slo_s: f64,
+    /// The floor of a fleet that serves. With `scale_to_zero` the plan is 0 or at least this
+    /// (KEDA's `idleReplicaCount: 0` beside `minReplicaCount: N`: idle at zero, N or more once
+    /// woken); without it, at least `max(min_replicas, 1)`.
     pub min_replicas: u32,
     pub max_replicas: u32,
     pub scale_to_zero: bool,

@@ -89,11 +89,13 @@ pub const NEEDS_NOTHING: i64 = -(u32::MAX as i64);
 /// need; else shrunk by what every one of them can spare, never below the pool's own `base`
 /// and never by more than the `removable` nodes (empty or still launching). Karpenter's
 /// static scale-down removes empty nodes first and then random ones, which would evict
-/// running replicas.
-pub fn static_pool_replicas(current: i64, base: i64, needs: &[i64], removable: u32) -> i64 {
+/// running replicas. Growth stops at the pool's `limits.nodes` (`limit`), where Karpenter
+/// stops provisioning: replicas above it would count as room on its way that never comes.
+pub fn static_pool_replicas(current: i64, base: i64, needs: &[i64], removable: u32, limit: Option<i64>) -> i64 {
     let grow = needs.iter().filter(|n| **n > 0).fold(0i64, |a, n| a.saturating_add(*n));
     if grow > 0 {
-        return current.saturating_add(grow);
+        let grown = current.saturating_add(grow);
+        return limit.map_or(grown, |l| grown.min(l.max(current)));
     }
     let spare = needs.iter().map(|n| -*n).min().unwrap_or(0);
     let shrink = spare.min(current.saturating_sub(base)).min(i64::from(removable)).max(0);
@@ -359,26 +361,26 @@ mod tests {
         // Two replicas per node. The plan wants 6, 2 run, the base nodes have no room.
         let need = static_pool_need(6, 2, 0, 0, 2);
         assert_eq!(need, 2);
-        let grown = static_pool_replicas(2, 2, &[need], 0);
+        let grown = static_pool_replicas(2, 2, &[need], 0, None);
         assert_eq!(grown, 4);
         // The two nodes launch: their room counts before they join, so nothing more is asked.
         assert_eq!(static_pool_need(6, 2, 0, 2, 2), 0);
-        assert_eq!(static_pool_replicas(grown, 2, &[0], 2), grown);
+        assert_eq!(static_pool_replicas(grown, 2, &[0], 2, None), grown);
         // They join with room for 4; the HPA has created the 4 replicas, still Pending.
         assert_eq!(static_pool_need(6, 2, 4, 0, 2), 0);
         // The replicas land: no room left, none needed, the pool keeps its 4 nodes.
         assert_eq!(static_pool_need(6, 6, 0, 0, 2), 0);
-        assert_eq!(static_pool_replicas(grown, 2, &[0], 0), grown);
+        assert_eq!(static_pool_replicas(grown, 2, &[0], 0, None), grown);
         // An odd shortfall takes a whole node; an odd surplus spares only whole nodes.
         assert_eq!(static_pool_need(7, 6, 0, 0, 2), 1);
         assert_eq!(static_pool_need(3, 0, 6, 0, 2), -1);
         // The plan drops to 2: the 4 idle replicas' room is spare, but only empty nodes go.
         let spare = static_pool_need(2, 2, 4, 0, 2);
         assert_eq!(spare, -2);
-        assert_eq!(static_pool_replicas(grown, 2, &[spare], 1), 3);
-        assert_eq!(static_pool_replicas(grown, 2, &[spare], 2), 2);
+        assert_eq!(static_pool_replicas(grown, 2, &[spare], 1, None), 3);
+        assert_eq!(static_pool_replicas(grown, 2, &[spare], 2, None), 2);
         // Never below the pool's own base, and a per-node count of 0 is read as 1.
-        assert_eq!(static_pool_replicas(3, 2, &[NEEDS_NOTHING], 5), 2);
+        assert_eq!(static_pool_replicas(3, 2, &[NEEDS_NOTHING], 5, None), 2);
         assert_eq!(static_pool_need(1, 0, 0, 0, 0), 1);
     }
 
@@ -400,11 +402,16 @@ mod tests {
 
     #[test]
     fn a_static_pool_shared_by_targets_grows_for_each_and_shrinks_by_what_all_spare() {
-        assert_eq!(static_pool_replicas(4, 2, &[1, 2, -1], 9), 7);
-        assert_eq!(static_pool_replicas(4, 2, &[-1, -2], 9), 3);
-        assert_eq!(static_pool_replicas(4, 2, &[0, -2], 9), 4);
-        assert_eq!(static_pool_replicas(4, 2, &[], 9), 4);
-        assert_eq!(static_pool_replicas(i64::MAX - 1, 0, &[5], 0), i64::MAX);
+        assert_eq!(static_pool_replicas(4, 2, &[1, 2, -1], 9, None), 7);
+        assert_eq!(static_pool_replicas(4, 2, &[-1, -2], 9, None), 3);
+        assert_eq!(static_pool_replicas(4, 2, &[0, -2], 9, None), 4);
+        assert_eq!(static_pool_replicas(4, 2, &[], 9, None), 4);
+        assert_eq!(static_pool_replicas(i64::MAX - 1, 0, &[5], 0, None), i64::MAX);
+        // limits.nodes caps the growth, and never shrinks a pool already above it.
+        assert_eq!(static_pool_replicas(4, 2, &[1, 2], 9, Some(6)), 6);
+        assert_eq!(static_pool_replicas(4, 2, &[1, 2], 9, Some(8)), 7);
+        assert_eq!(static_pool_replicas(7, 2, &[1], 9, Some(6)), 7);
+        assert_eq!(static_pool_replicas(7, 2, &[-2], 9, Some(6)), 5);
     }
 
     #[test]

@@ -1227,8 +1227,8 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         let annotations = np.metadata.annotations.clone().unwrap_or_default();
         let want = hints.get(&name).and_then(headroom::pool_annotation);
         let have = annotations.get(headroom::POOL_ANNOTATION).cloned();
-        let mut patch = serde_json::Map::new();
         let mut ann = serde_json::Map::new();
+        let mut resize = None;
         if want != have {
             ann.insert(
                 headroom::POOL_ANNOTATION.into(),
@@ -1256,7 +1256,11 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 .iter()
                 .map(|ask| ask.map_or(headroom::NEEDS_NOTHING, |a| a.need(m.launching, m.leaving)))
                 .collect();
-            let sized = headroom::static_pool_replicas(current, base, &needs, m.removable);
+            // `limits.nodes`: a count or a quantity ("8").
+            let limit = np.data.pointer("/spec/limits/nodes").and_then(|v| {
+                v.as_i64().or_else(|| crate::cluster::capacity::parse_quantity(v.as_str()?).map(|q| q.floor() as i64))
+            });
+            let sized = headroom::static_pool_replicas(current, base, &needs, m.removable, limit);
             let now = now_ms();
             // A pool first seen (at start-up, or by a new leader) holds the size it has for a
             // window before any shrink: the previous writer's recent sizes are not known here.
@@ -1265,7 +1269,7 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 .or_insert_with(|| headroom::Stabilizer::holding(now, current, stabilization_ms))
                 .apply(now, sized);
             if target_replicas != current {
-                patch.insert("spec".into(), serde_json::json!({"replicas": target_replicas}));
+                resize = Some(target_replicas);
             }
             let grown = target_replicas > base;
             for (key, value) in [
@@ -1277,13 +1281,24 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
                 }
             }
         }
-        if !ann.is_empty() {
-            patch.insert("metadata".into(), serde_json::json!({"annotations": ann}));
+        // The size through the NodePool's `scale` subresource (as `kubectl scale nodepool`),
+        // which the chart grants only with `rbac.karpenter.resizeNodePools`; refused, the pool
+        // keeps its size and no base is recorded for a growth that did not happen.
+        if let Some(replicas) = resize {
+            let body = serde_json::json!({"spec": {"replicas": replicas}});
+            match api.patch_scale(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
+                Ok(_) => tracing::info!(nodepool = %name, replicas, "static NodePool resized"),
+                Err(e) => {
+                    tracing::warn!(nodepool = %name, replicas, error = %e, "cannot resize the static NodePool through its scale subresource (the chart's rbac.karpenter.resizeNodePools grants it)");
+                    ann.remove(headroom::POOL_BASE_ANNOTATION);
+                    ann.remove(headroom::POOL_WRITER_ANNOTATION);
+                }
+            }
         }
-        if patch.is_empty() {
+        if ann.is_empty() {
             continue;
         }
-        let body = serde_json::Value::Object(patch);
+        let body = serde_json::json!({"metadata": {"annotations": ann}});
         match api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => tracing::info!(nodepool = %name, patch = %body, "NodePool updated"),
             Err(e) => tracing::warn!(nodepool = %name, error = %e, "cannot update NodePool"),

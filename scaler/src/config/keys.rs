@@ -17,8 +17,16 @@ pub struct KeyDoc {
 
 /// Keys KEDA itself puts into an external trigger's metadata (or that its docs tell
 /// users to put there); accepted and ignored.
-pub const KEDA_KEYS: &[&str] =
-    &["scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey", "metricType"];
+pub const KEDA_KEYS: &[&str] = &[
+    "scalerAddress",
+    "enableTLS",
+    "unsafeSsl",
+    "caCert",
+    "tlsCertFile",
+    "tlsClientCert",
+    "tlsClientKey",
+    "metricType",
+];
 
 const fn k(
     key: &'static str,
@@ -41,9 +49,9 @@ pub const KEYS: &[KeyDoc] = &[
     k("warmupSeconds", "planner", "180", "Seconds from a replica's start until it serves (node + image pull + model load), or `auto` to measure it from the cluster.", "240"),
     k("capacityPerReplica", "planner", "—", "Requests/s one replica serves at SLO; when set, demand is planned as an arrival rate.", "1.5"),
     k("sloSeconds", "planner", "5", "Queueing delay a request may see; the planner drains backlog within it, and a vLLM signal measures against it the share of requests that waited longer (`prescale_queue_late_share`).", "5"),
-    k("scaleToZero", "planner", "false", "Allow the planner to go to 0 when no arrival is expected within the warm-up.", "true"),
+    k("scaleToZero", "planner", "false", "Allow the planner to go to 0 when no arrival is expected within the warm-up (then `minReplicas` floors a woken fleet only: the plan is 0 or at least `minReplicas`, as KEDA's `idleReplicaCount: 0` beside `minReplicaCount`).", "true"),
     k("forecastModel", "planner", "auto", "`auto` (loss-weighted ensemble), `smoothing`, `holtWinters`, `seasonalNaive`.", "auto"),
-    k("minReplicas", "planner", "0", "Lower bound of the plan (keep KEDA's minReplicaCount consistent).", "0"),
+    k("minReplicas", "planner", "0", "Lower bound of the plan, of a woken one with `scaleToZero` (keep KEDA's minReplicaCount consistent).", "0"),
     k("maxReplicas", "planner", "100", "Upper bound of the plan (keep KEDA's maxReplicaCount consistent).", "8"),
     k("hpaTolerance", "planner", "0.1", "The HPA's tolerance (Kubernetes' default 0.1; 0 when the ScaledObject sets `behavior.scaleUp/scaleDown.tolerance: 0`). A planned scale-up the HPA would drop as within it is answered as the smallest count it applies.", "0"),
     // cluster (prescale's Kubernetes integration; see scaler/src/cluster/)

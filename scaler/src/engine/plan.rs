@@ -82,10 +82,12 @@ pub fn ceil_replicas(x: f64) -> u32 {
 }
 
 /// The reactive answer: `ceil(max value/perReplica)` while active (at least 1),
-/// 0 when no signal is active; clamped to `[minReplicas, maxReplicas]`.
+/// 0 when no signal is active; clamped to `[minReplicas, maxReplicas]`, except that with
+/// `scaleToZero` an idle 0 stays 0 (`minReplicas` is then the floor of a woken fleet, as
+/// KEDA's `minReplicaCount` is beside `idleReplicaCount: 0`).
 pub fn reactive(d: &Demand, s: &PlannerSettings) -> (u32, String) {
     let raw = if d.active { ceil_replicas(d.replicas).max(1) } else { 0 };
-    let plan = raw.clamp(s.min_replicas, s.max_replicas);
+    let plan = if raw == 0 && s.scale_to_zero { 0 } else { raw.clamp(s.min_replicas, s.max_replicas) };
     let reason = if !d.active {
         "reactive: no signal above its activation threshold".to_string()
     } else {
@@ -154,6 +156,19 @@ mod tests {
         let (p, why) = reactive(&d, &settings());
         assert_eq!(p, 10);
         assert!(why.contains("clamped"));
+    }
+
+    #[test]
+    fn with_scale_to_zero_min_replicas_floors_a_woken_fleet_and_idle_stays_zero() {
+        // KEDA's idleReplicaCount: 0 beside minReplicaCount: 3.
+        let s = PlannerSettings { min_replicas: 3, ..settings() };
+        let idle = Demand { replicas: 0.0, driver: Some(0), active: false };
+        assert_eq!(reactive(&idle, &s).0, 0, "an idle fleet must answer 0, or IsActive never turns false");
+        let woken = Demand { replicas: 0.4, driver: Some(0), active: true };
+        assert_eq!(reactive(&woken, &s).0, 3);
+        // Without scaleToZero minReplicas is a floor at all times.
+        let s = PlannerSettings { scale_to_zero: false, ..s };
+        assert_eq!(reactive(&idle, &s).0, 3);
     }
 
     #[test]

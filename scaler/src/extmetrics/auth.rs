@@ -16,7 +16,8 @@ use k8s_openapi::api::authorization::v1::{
 use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
 
-use super::tls::{chain_verifies, subject, verifier, TlsError};
+use super::tls::{chain_verifies, subject, verifier};
+use crate::tls::TlsError;
 
 /// The authentication settings (from files/flags or the
 /// `kube-system/extension-apiserver-authentication` ConfigMap).
@@ -43,7 +44,7 @@ impl AuthSettings {
         };
         let cas = |k: &str| -> Result<Vec<CertificateDer<'static>>, TlsError> {
             match data.get(k) {
-                Some(pem) if !pem.trim().is_empty() => super::tls::certs_from_pem(pem, k),
+                Some(pem) if !pem.trim().is_empty() => crate::tls::certs_from_pem(pem, k),
                 _ => Ok(Vec::new()),
             }
         };
@@ -282,8 +283,12 @@ fn user_from_headers(s: &AuthSettings, headers: &HeaderMap) -> Result<User, Auth
     let mut groups = Vec::new();
     for h in &s.group_headers {
         for v in headers.get_all(h.as_str()) {
-            if let Ok(v) = v.to_str() {
-                groups.extend(v.split(',').map(|g| g.trim().to_string()).filter(|g| !g.is_empty()));
+            // One group per header value, as the API server's request-header authenticator
+            // takes them: a group may hold a comma (an LDAP DN), so values are not split.
+            if let Ok(v) = v.to_str().map(str::trim) {
+                if !v.is_empty() {
+                    groups.push(v.to_string());
+                }
             }
         }
     }
@@ -292,12 +297,23 @@ fn user_from_headers(s: &AuthSettings, headers: &HeaderMap) -> Result<User, Auth
         for p in &s.extra_prefixes {
             if k.as_str().len() > p.len() && k.as_str()[..p.len()].eq_ignore_ascii_case(p) {
                 if let Ok(v) = v.to_str() {
-                    extra.entry(k.as_str()[p.len()..].to_ascii_lowercase()).or_default().push(v.to_string());
+                    extra.entry(extra_key(&k.as_str()[p.len()..])).or_default().push(v.to_string());
                 }
             }
         }
     }
     Ok(User { name, uid: None, groups, extra })
+}
+
+/// An extra's key from its header name: lowercased, then percent-decoded (header names
+/// cannot hold `/`, so the front proxy escapes keys such as
+/// `authentication.kubernetes.io/credential-id`); kept as sent when it decodes to no UTF-8.
+fn extra_key(header_suffix: &str) -> String {
+    let lower = header_suffix.to_ascii_lowercase();
+    match percent_encoding::percent_decode_str(&lower).decode_utf8() {
+        Ok(k) => k.into_owned(),
+        Err(_) => lower,
+    }
 }
 
 #[cfg(test)]
@@ -318,6 +334,12 @@ mod tests {
         assert_eq!(u.groups, vec!["system:serviceaccounts", "system:authenticated"]);
         assert_eq!(u.extra["scopes"], vec!["a"]);
         assert!(user_from_headers(&s, &HeaderMap::new()).is_err());
+        // A DN is one group, and an escaped extra key reaches the SubjectAccessReview decoded.
+        h.append("X-Remote-Group", "cn=ml,ou=platform".parse().unwrap());
+        h.insert("X-Remote-Extra-Authentication.kubernetes.io%2fCredential-Id", "JTI=1".parse().unwrap());
+        let u = user_from_headers(&s, &h).unwrap();
+        assert_eq!(u.groups, vec!["system:serviceaccounts", "system:authenticated", "cn=ml,ou=platform"]);
+        assert_eq!(u.extra["authentication.kubernetes.io/credential-id"], vec!["JTI=1"]);
     }
 
     #[test]

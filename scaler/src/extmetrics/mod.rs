@@ -52,7 +52,7 @@ pub enum ExtError {
     #[error("external metrics config {path}: {reason}")]
     Config { path: String, reason: String },
     #[error("external metrics TLS: {0}")]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot bind the external metrics API on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -295,32 +295,53 @@ async fn value(
     Json(json!({"kind": "ExternalMetricValueList", "apiVersion": GV, "metadata": {}, "items": items})).into_response()
 }
 
-/// Authentication settings from files/flags, else from the ConfigMap
-/// `kube-system/extension-apiserver-authentication` (when the API is reachable).
-async fn auth_settings(opts: &ExtOptions, kube: Option<&kube::Client>) -> Result<AuthSettings, ExtError> {
-    let mut s = AuthSettings::default();
-    if opts.requestheader_ca.is_none() && opts.client_ca.is_none() {
-        if let Some(k) = kube {
-            let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(k.clone(), "kube-system");
-            match api.get("extension-apiserver-authentication").await {
-                Ok(cm) => s = AuthSettings::from_configmap(&cm.data.unwrap_or_default())?,
-                Err(e) => {
-                    tracing::warn!(error = %e, "external metrics: cannot read kube-system/extension-apiserver-authentication")
-                }
-            }
-        }
-    }
+/// The data of the ConfigMap `kube-system/extension-apiserver-authentication`: None when
+/// the CAs come from files or flags, or there is no Kubernetes API.
+async fn read_auth_configmap(
+    opts: &ExtOptions,
+    kube: Option<&kube::Client>,
+) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
+    let Some(k) = kube.filter(|_| opts.requestheader_ca.is_none() && opts.client_ca.is_none()) else {
+        return Ok(None);
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(k.clone(), "kube-system");
+    Ok(Some(api.get("extension-apiserver-authentication").await?.data.unwrap_or_default()))
+}
+
+/// Authentication settings from files/flags, else from the ConfigMap's data (see
+/// [`read_auth_configmap`]).
+fn auth_settings(opts: &ExtOptions, configmap: Option<&BTreeMap<String, String>>) -> Result<AuthSettings, ExtError> {
+    let mut s = match configmap {
+        Some(data) => AuthSettings::from_configmap(data)?,
+        None => AuthSettings::default(),
+    };
     if let Some(p) = &opts.requestheader_ca {
-        s.requestheader_ca = tls::read_certs(p)?;
+        s.requestheader_ca = crate::tls::read_certs(p)?;
     }
     if let Some(p) = &opts.client_ca {
-        s.client_ca = tls::read_certs(p)?;
+        s.client_ca = crate::tls::read_certs(p)?;
     }
     if !opts.allowed_names.is_empty() {
         s.allowed_names = opts.allowed_names.clone();
     }
     s.fill_default_headers();
     Ok(s)
+}
+
+/// The settings a reload of the ConfigMap gives, or None when they are to stay as they are:
+/// a failed read (an API server restart, throttling, a timeout) is no news about the CAs.
+/// Trusting none until the next read would answer every proxied request 401 for a minute.
+fn reloaded_settings(
+    opts: &ExtOptions,
+    read: Result<Option<BTreeMap<String, String>>, kube::Error>,
+) -> Option<AuthSettings> {
+    match read {
+        Ok(data) => auth_settings(opts, data.as_ref()).ok(),
+        Err(e) => {
+            tracing::warn!(error = %e, "external metrics: cannot re-read kube-system/extension-apiserver-authentication; keeping the CAs read before");
+            None
+        }
+    }
 }
 
 /// Serve until `stop` fires. Certificates are re-read when their files change; the
@@ -338,10 +359,21 @@ pub async fn serve(
             None
         }
     };
-    let settings = auth_settings(&opts, kube.as_ref()).await?;
+    let configmap = read_auth_configmap(&opts, kube.as_ref()).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "external metrics: cannot read kube-system/extension-apiserver-authentication");
+        None
+    });
+    let settings = auth_settings(&opts, configmap.as_ref())?;
     let from_configmap = opts.requestheader_ca.is_none() && opts.client_ca.is_none();
     let auth = Arc::new(Authenticator::new(settings.clone(), kube.clone())?);
-    let reloading = Arc::new(tls::Reloading::new(opts.cert.clone(), opts.key.clone(), &settings.all_cas())?);
+    let serving = crate::tls::Serving {
+        what: "external metrics",
+        cert: opts.cert.clone(),
+        key: opts.key.clone(),
+        client_certs: crate::tls::ClientCerts::Optional,
+        alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
+    let reloading = Arc::new(crate::tls::Reloading::new(serving, &settings.all_cas())?);
     let listener =
         tokio::net::TcpListener::bind(opts.addr).await.map_err(|source| ExtError::Bind { addr: opts.addr, source })?;
     let local = listener.local_addr().map_err(|source| ExtError::Bind { addr: opts.addr, source })?;
@@ -354,11 +386,11 @@ pub async fn serve(
         tokio::spawn(async move {
             let mut n: u64 = 0;
             loop {
-                tokio::time::sleep(tls::Reloading::POLL).await;
+                tokio::time::sleep(crate::tls::Reloading::POLL).await;
                 n += 1;
                 let mut force = false;
                 if from_configmap && kube.is_some() && n.is_multiple_of(30) {
-                    if let Ok(s) = auth_settings(&opts, kube.as_ref()).await {
+                    if let Some(s) = reloaded_settings(&opts, read_auth_configmap(&opts, kube.as_ref()).await) {
                         if s.all_cas() != auth.settings().all_cas() {
                             if let Err(e) = auth.update(s) {
                                 tracing::error!(error = %e, "external metrics: bad CA in the ConfigMap; keeping the previous one");
@@ -429,5 +461,25 @@ mod tests {
         assert_eq!(m[0].metadata["rabbitmqPerReplica"], "5");
         assert_eq!(m[0].labels["model_name"], "m");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_configmap_reload_keeps_the_cas_and_a_read_one_replaces_them() {
+        let opts = ExtOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            config: PathBuf::new(),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            requestheader_ca: None,
+            allowed_names: Vec::new(),
+            client_ca: None,
+        };
+        let failed = kube::Error::Service(Box::new(std::io::Error::other("the API server restarts")));
+        assert!(reloaded_settings(&opts, Err(failed)).is_none(), "a failed read must not replace the CAs");
+        let data =
+            BTreeMap::from([("requestheader-allowed-names".to_string(), r#"["front-proxy-client"]"#.to_string())]);
+        let s = reloaded_settings(&opts, Ok(Some(data))).expect("a read ConfigMap gives settings");
+        assert_eq!(s.allowed_names, vec!["front-proxy-client".to_string()]);
+        assert!(!s.username_headers.is_empty(), "default headers are filled");
     }
 }

@@ -137,7 +137,15 @@ pub async fn fetch_series(client: &reqwest::Client, q: &RangeQuery) -> Result<Se
             .await
             .map_err(|e| crate::redact::redact_text(&e.without_url().to_string()))?;
         let status = resp.status();
-        let body: serde_json::Value = resp.json().await.map_err(|e| e.without_url().to_string())?;
+        // A proxy in front of Prometheus may answer an error page that is no JSON: its status
+        // is the error then, not the decoder's complaint.
+        let body: serde_json::Value = match resp.json().await {
+            Ok(body) => body,
+            Err(_) if !status.is_success() => {
+                return Err(format!("Prometheus answered {status} (a body that is no JSON)"))
+            }
+            Err(e) => return Err(e.without_url().to_string()),
+        };
         if !status.is_success() || body["status"] != "success" {
             return Err(format!("Prometheus answered {status}: {}", body["error"].as_str().unwrap_or("no error text")));
         }

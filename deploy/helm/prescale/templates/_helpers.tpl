@@ -124,8 +124,8 @@ app.kubernetes.io/part-of: prescale
 {{- fail "externalMetrics.apiService needs caBundle (base64 PEM of the CA that signed the serving Secret), tls.certManager.enabled (cainjector fills it), or insecureSkipTLSVerify" }}
 {{- end }}
 {{- range .Values.externalMetrics.metrics }}
-{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" (toString .name)) }}
-{{- fail (printf "externalMetrics.metrics: name %q must be lowercase [a-z0-9.-] (the HPA lowercases metric names in the URL)" (toString .name)) }}
+{{- if not (regexMatch "^[-_.a-z0-9]+$" (toString .name)) }}
+{{- fail (printf "externalMetrics.metrics: name %q must be lowercase [a-z0-9-_.], as prescale's own check (the HPA lowercases metric names in the URL)" (toString .name)) }}
 {{- end }}
 {{- if not .metadata }}
 {{- fail (printf "externalMetrics.metrics[%s]: metadata is required" .name) }}
