@@ -29,6 +29,8 @@ struct State {
     writes: Vec<String>,
     /// "path?labelSelector" of every LIST (a collection GET that is not a watch).
     lists: Vec<String>,
+    /// Path suffixes whose writes RBAC forbids (403), as a ServiceAccount without the grant.
+    forbidden: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -128,6 +130,11 @@ impl FakeApi {
         api
     }
 
+    /// Refuse every write to a path ending in `suffix` with 403 Forbidden from now on.
+    pub(crate) fn forbid(&self, suffix: &str) {
+        self.state.lock().unwrap().forbidden.push(suffix.to_string());
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
@@ -209,7 +216,11 @@ impl FakeApi {
             return status(404, "NotFound", format!("no route {path}"));
         };
         if method != Method::GET {
-            self.state.lock().unwrap().writes.push(format!("{method} {path}"));
+            let mut s = self.state.lock().unwrap();
+            s.writes.push(format!("{method} {path}"));
+            if s.forbidden.iter().any(|f| path.ends_with(f.as_str())) {
+                return status(403, "Forbidden", format!("{method} {path} is forbidden: RBAC: no grant"));
+            }
         }
         let nsv = ns.clone().unwrap_or_default();
         if path.ends_with("/scale") {
@@ -1005,15 +1016,11 @@ fn pool_replicas(api: &FakeApi) -> Option<i64> {
     api.get(NODEPOOLS, "", "gpu-mig")?.pointer("/spec/replicas")?.as_i64()
 }
 
-/// A static NodePool keeps exactly `spec.replicas` nodes and provisions nothing for Pending
-/// pods, so prescale sizes it for every planned replica that has no node, and keeps the
-/// nodes as they join and as the replicas land on them (Karpenter's static scale-down
-/// would remove them, empty ones first and then random ones).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_land() {
-    let api = FakeApi::start().await;
-    seed(&api);
-    // The two H100s are the pool's two static nodes: 2 3g.40gb slices each, 3 of 4 in use.
+/// The static pool `gpu-mig` in `api` (the two H100s of [`seed`] are its two static nodes:
+/// 2 3g.40gb slices each, 3 of 4 in use; `limits.nodes` 8) and a server planning `llm/llama`
+/// at a flat demand of 6 replicas with `karpenterResizeStaticNodePools`, once it has answered.
+async fn static_pool_planned(api: &FakeApi) -> Server {
+    seed(api);
     api.put(
         NODEPOOLS,
         json!({"metadata": {"name": "gpu-mig"}, "spec": {"replicas": 2,
@@ -1021,8 +1028,7 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
                 "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p5"]}]}},
             "limits": {"nodes": "8"}}}),
     );
-    let demand = Arc::new(Mutex::new(6.0));
-    let prom = fake_prometheus(demand.clone()).await;
+    let prom = fake_prometheus(Arc::new(Mutex::new(6.0))).await;
     let kc = kubeconfig(&api.url());
     let server = Server::start_with_env(&[], &env_for(&kc));
     let c = server.client().await;
@@ -1033,6 +1039,42 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
         async move { metric(&mut c, &r).await.ok() }
     })
     .await;
+    server
+}
+
+/// Without the chart's `rbac.karpenter.resizeNodePools` the `scale` subresource answers 403:
+/// the static pool keeps its size, prescale records no base for a growth that did not happen,
+/// and it never falls back to patching the NodePool's spec (which the plain grant allows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_scale_grant_a_static_pool_keeps_its_size_and_no_base_is_recorded() {
+    let api = FakeApi::start().await;
+    api.forbid("/scale");
+    let server = static_pool_planned(&api).await;
+    // The plan needs more nodes: the resize is tried through the subresource, and refused.
+    eventually(30, "a resize tried through the scale subresource", || {
+        let api = api.clone();
+        async move {
+            api.writes().iter().any(|w| w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale").then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
+    assert_eq!(pool_replicas(&api), Some(2), "{pool}");
+    assert!(pool.pointer("/metadata/annotations/prescale.io~1static-base-replicas").is_none(), "{pool}");
+    // (A patch of the NodePool itself would have merged into spec.replicas: it is still 2.)
+    let d = debug_of(&server, "llama").await;
+    assert!(d["cluster"]["plan"]["desired"].as_i64().unwrap_or(0) >= 6, "{d}");
+}
+
+/// A static NodePool keeps exactly `spec.replicas` nodes and provisions nothing for Pending
+/// pods, so prescale sizes it for every planned replica that has no node, and keeps the
+/// nodes as they join and as the replicas land on them (Karpenter's static scale-down
+/// would remove them, empty ones first and then random ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_land() {
+    let api = FakeApi::start().await;
+    let server = static_pool_planned(&api).await;
     // The plan (≥ 6) needs desired − 3 placed − 1 free replicas more, 2 per new node.
     let (desired, grown) = eventually(30, "the static pool grown for the plan", || {
         let (api, s) = (api.clone(), &server);
