@@ -105,9 +105,8 @@ async fn reload_grpc_tls(
     }
 }
 
-/// The gRPC port's connections over TLS: each accepted connection's handshake runs on its own
-/// task (bounded to 10 s, so a client that stalls it holds no one else up) with the serving
-/// configuration current at its accept.
+/// The gRPC port's connections over TLS: each accepted connection's handshake
+/// ([`crate::tls::Reloading::accept`]) runs on its own task.
 fn tls_incoming(
     listener: tokio::net::TcpListener,
     tls: Arc<crate::tls::Reloading>,
@@ -129,15 +128,10 @@ fn tls_incoming(
                 _ = tx.closed() => return,
             };
             let _ = tcp.set_nodelay(true);
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
-            let tx = tx.clone();
+            let (tls, tx) = (tls.clone(), tx.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(error = %e, "gRPC: TLS handshake failed"),
-                    Err(_) => tracing::debug!("gRPC: TLS handshake timed out"),
+                if let Some(stream) = tls.accept(tcp).await {
+                    let _ = tx.send(Ok(stream)).await;
                 }
             });
         }

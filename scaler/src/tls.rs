@@ -112,6 +112,8 @@ pub fn mtime(p: &Path) -> Option<SystemTime> {
 impl Reloading {
     /// How often the files are looked at.
     pub const POLL: Duration = Duration::from_secs(2);
+    /// The longest a client may take over its TLS handshake.
+    pub const HANDSHAKE: Duration = Duration::from_secs(10);
 
     pub fn new(serving: Serving, client_cas: &[CertificateDer<'static>]) -> Result<Self, TlsError> {
         let cfg = server_config(&serving, client_cas)?;
@@ -122,6 +124,27 @@ impl Reloading {
     /// The configuration for the next connection.
     pub fn get(&self) -> Arc<ServerConfig> {
         self.current.read().unwrap_or_else(|e| e.into_inner()).0.clone()
+    }
+
+    /// The TLS handshake of an accepted connection, with the configuration current now and
+    /// bounded to [`Self::HANDSHAKE`] (a client that stalls it holds nothing up); None, logged
+    /// at debug, when it fails or times out.
+    pub async fn accept(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.get());
+        match tokio::time::timeout(Self::HANDSHAKE, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, port = self.serving.what, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(port = self.serving.what, "TLS handshake timed out");
+                None
+            }
+        }
     }
 
     /// Rebuild when the files changed (or `force`, e.g. the CAs rotated). A broken new

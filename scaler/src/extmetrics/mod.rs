@@ -118,6 +118,14 @@ pub struct ExtOptions {
     pub client_ca: Option<PathBuf>,
 }
 
+impl ExtOptions {
+    /// Whether the CAs come from the ConfigMap `kube-system/extension-apiserver-authentication`
+    /// (neither CA file was given).
+    fn cas_from_configmap(&self) -> bool {
+        self.requestheader_ca.is_none() && self.client_ca.is_none()
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     engine: Engine,
@@ -301,7 +309,7 @@ async fn read_auth_configmap(
     opts: &ExtOptions,
     kube: Option<&kube::Client>,
 ) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
-    let Some(k) = kube.filter(|_| opts.requestheader_ca.is_none() && opts.client_ca.is_none()) else {
+    let Some(k) = kube.filter(|_| opts.cas_from_configmap()) else {
         return Ok(None);
     };
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(k.clone(), "kube-system");
@@ -364,7 +372,6 @@ pub async fn serve(
         None
     });
     let settings = auth_settings(&opts, configmap.as_ref())?;
-    let from_configmap = opts.requestheader_ca.is_none() && opts.client_ca.is_none();
     let auth = Arc::new(Authenticator::new(settings.clone(), kube.clone())?);
     let serving = crate::tls::Serving {
         what: "external metrics",
@@ -389,7 +396,7 @@ pub async fn serve(
                 tokio::time::sleep(crate::tls::Reloading::POLL).await;
                 n += 1;
                 let mut force = false;
-                if from_configmap && kube.is_some() && n.is_multiple_of(30) {
+                if opts.cas_from_configmap() && kube.is_some() && n.is_multiple_of(30) {
                     if let Some(s) = reloaded_settings(&opts, read_auth_configmap(&opts, kube.as_ref()).await) {
                         if s.all_cas() != auth.settings().all_cas() {
                             if let Err(e) = auth.update(s) {
@@ -413,17 +420,9 @@ pub async fn serve(
             },
             _ = stop.wait_for(|s| *s) => return Ok(()),
         };
-        let acceptor = tokio_rustls::TlsAcceptor::from(reloading.get());
-        let app = app.clone();
+        let (reloading, app) = (reloading.clone(), app.clone());
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "external metrics: TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
+            let Some(tls) = reloading.accept(tcp).await else { return };
             let chain = tls
                 .get_ref()
                 .1
