@@ -113,7 +113,8 @@ pub struct ServeArgs {
     /// PEM CA bundle: require client certificates signed by it (mutual TLS).
     #[arg(long, requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Drop a ScaledObject not asked about for this many seconds.
+    /// Drop a ScaledObject not asked about for this many seconds (or for twice the longest
+    /// gap between calls it has seen, up to a day, where KEDA polls it less often).
     #[arg(long, default_value_t = 600.0)]
     pub idle_drop_seconds: f64,
     /// Prometheus that scrapes prescale's /metrics: a new ScaledObject's planner is warmed

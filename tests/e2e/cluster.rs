@@ -1044,7 +1044,8 @@ async fn static_pool_planned(api: &FakeApi) -> Server {
 
 /// Without the chart's `rbac.karpenter.resizeNodePools` the `scale` subresource answers 403:
 /// the static pool keeps its size, prescale records no base for a growth that did not happen,
-/// and it never falls back to patching the NodePool's spec (which the plain grant allows).
+/// and it never falls back to patching the NodePool's spec (which the plain grant allows);
+/// nor is the refusal retried at every reconcile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_scale_grant_a_static_pool_keeps_its_size_and_no_base_is_recorded() {
     let api = FakeApi::start().await;
@@ -1058,7 +1059,11 @@ async fn without_the_scale_grant_a_static_pool_keeps_its_size_and_no_base_is_rec
         }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Reconciles come every 3 s; a refusal is not retried at each (a warning every 3 s per
+    // pool) but after five minutes.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let tries = api.writes().iter().filter(|w| *w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale").count();
+    assert_eq!(tries, 1, "{:?}", api.writes());
     let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
     assert_eq!(pool_replicas(&api), Some(2), "{pool}");
     assert!(pool.pointer("/metadata/annotations/prescale.io~1static-base-replicas").is_none(), "{pool}");

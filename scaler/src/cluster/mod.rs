@@ -282,6 +282,8 @@ struct Inner {
     pool_nodes: RwLock<BTreeMap<String, PoolNodes>>,
     /// Static NodePool → the sizes reconcile computed lately (scale-down stabilization).
     static_sizes: Mutex<BTreeMap<String, headroom::Stabilizer>>,
+    /// Static NodePool → when RBAC last refused its resize (see `RESIZE_REFUSED_RETRY`).
+    resize_refused: Mutex<BTreeMap<String, u64>>,
     /// The last read of the peers' plans.
     peers: Mutex<peers::PeersView>,
     http: reqwest::Client,
@@ -320,6 +322,7 @@ impl Cluster {
                 priority_uid: Mutex::new(None),
                 pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
+                resize_refused: Mutex::new(BTreeMap::new()),
                 peers: Mutex::new(peers::PeersView::default()),
                 http: reqwest::Client::new(),
                 tasks: Mutex::new(Vec::new()),
@@ -362,6 +365,7 @@ impl Cluster {
                 priority_uid: Mutex::new(None),
                 pool_nodes: RwLock::new(BTreeMap::new()),
                 static_sizes: Mutex::new(BTreeMap::new()),
+                resize_refused: Mutex::new(BTreeMap::new()),
                 peers: Mutex::new(peers::PeersView::default()),
                 http: reqwest::Client::new(),
                 tasks: Mutex::new(Vec::new()),
@@ -931,6 +935,9 @@ fn lease_namespace(opts: &ClusterOptions, client: &kube::Client) -> String {
         .unwrap_or_else(|| client.default_namespace().to_string())
 }
 
+/// How long a static NodePool's resize refused by RBAC (403) waits before it is tried again.
+const RESIZE_REFUSED_RETRY: Duration = Duration::from_secs(300);
+
 async fn reconcile_loop(weak: std::sync::Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
@@ -1284,15 +1291,37 @@ async fn reconcile_once(inner: &Inner, client: &kube::Client) {
         // The size through the NodePool's `scale` subresource (as `kubectl scale nodepool`),
         // which the chart grants only with `rbac.karpenter.resizeNodePools`; refused, the pool
         // keeps its size and no base is recorded for a growth that did not happen.
+        // A refusal by RBAC is not retried at every reconcile (every 3 s, each a warning) but
+        // after `RESIZE_REFUSED_RETRY`; other errors (a conflict, an API server restarting)
+        // are retried at the next.
         if let Some(replicas) = resize {
-            let body = serde_json::json!({"spec": {"replicas": replicas}});
-            match api.patch_scale(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-                Ok(_) => tracing::info!(nodepool = %name, replicas, "static NodePool resized"),
-                Err(e) => {
-                    tracing::warn!(nodepool = %name, replicas, error = %e, "cannot resize the static NodePool through its scale subresource (the chart's rbac.karpenter.resizeNodePools grants it)");
-                    ann.remove(headroom::POOL_BASE_ANNOTATION);
-                    ann.remove(headroom::POOL_WRITER_ANNOTATION);
+            let now = now_ms();
+            let refused_at = lock(&inner.resize_refused).get(&name).copied();
+            let resized = if refused_at.is_some_and(|t| now.saturating_sub(t) < RESIZE_REFUSED_RETRY.as_millis() as u64)
+            {
+                false
+            } else {
+                let body = serde_json::json!({"spec": {"replicas": replicas}});
+                match api.patch_scale(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
+                    Ok(_) => {
+                        lock(&inner.resize_refused).remove(&name);
+                        tracing::info!(nodepool = %name, replicas, "static NodePool resized");
+                        true
+                    }
+                    Err(kube::Error::Api(ae)) if ae.code == 403 => {
+                        lock(&inner.resize_refused).insert(name.clone(), now);
+                        tracing::warn!(nodepool = %name, replicas, error = %ae, retry_in_s = RESIZE_REFUSED_RETRY.as_secs(), "not allowed to resize the static NodePool through its scale subresource (the chart's rbac.karpenter.resizeNodePools grants it)");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::warn!(nodepool = %name, replicas, error = %e, "cannot resize the static NodePool through its scale subresource");
+                        false
+                    }
                 }
+            };
+            if !resized {
+                ann.remove(headroom::POOL_BASE_ANNOTATION);
+                ann.remove(headroom::POOL_WRITER_ANNOTATION);
             }
         }
         if ann.is_empty() {

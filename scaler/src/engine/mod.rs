@@ -29,7 +29,8 @@ use poller::{next_tick, Poller};
 
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    /// A ScaledObject not asked about for this long is dropped.
+    /// A ScaledObject not asked about for this long is dropped (or for twice the longest gap
+    /// between KEDA's calls it has seen, up to [`MAX_CALL_GAP_KEPT`]: see `ScalerEntry::touch`).
     pub idle_drop: Duration,
     /// How long a first GetMetrics/IsActive waits for the first reading of a new
     /// ScaledObject before answering UNAVAILABLE. Under half of KEDA's metrics-adapter
@@ -46,6 +47,12 @@ impl Default for EngineOptions {
         Self { idle_drop: Duration::from_secs(600), first_read_wait: Duration::from_millis(1_400), history: None }
     }
 }
+
+/// The longest gap between KEDA's calls that keeps a trigger (and its planner's history)
+/// past `idle_drop`: a trigger polled every `g` seconds is kept for `2 g` without a call, up to
+/// this. KEDA asks an `external` trigger every `pollingInterval`, which may exceed the
+/// 10-minute default drop; dropped at each poll, its planner restarted cold every time.
+pub const MAX_CALL_GAP_KEPT: Duration = Duration::from_secs(86_400);
 
 /// What the request path answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +160,9 @@ pub struct ScalerEntry {
     ready: watch::Sender<bool>,
     active: watch::Sender<bool>,
     last_asked_ms: AtomicU64,
+    /// Kept this long without a call when that is longer than `idle_drop`: twice the longest
+    /// gap between calls seen (see `touch`), milliseconds.
+    keep_ms: AtomicU64,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Registration order (the newest trigger of a ScaledObject and metric name is current).
     serial: u64,
@@ -176,8 +186,26 @@ impl Drop for ScalerEntry {
 }
 
 impl ScalerEntry {
+    /// A call from KEDA (or the HPA) at the wall clock's now.
     pub fn touch(&self) {
-        self.last_asked_ms.store(now_ms(), Ordering::Relaxed);
+        self.touch_at(now_ms());
+    }
+
+    /// A call at `now` (ms): it is kept without calls for at least twice the gap since the
+    /// previous one, so a long `pollingInterval` does not drop it between polls.
+    fn touch_at(&self, now: u64) {
+        let prev = self.last_asked_ms.swap(now, Ordering::Relaxed);
+        self.keep_for_gap(now.saturating_sub(prev));
+    }
+
+    fn keep_for_gap(&self, gap_ms: u64) {
+        let cap = MAX_CALL_GAP_KEPT.as_millis() as u64;
+        self.keep_ms.fetch_max(gap_ms.saturating_mul(2).min(cap), Ordering::Relaxed);
+    }
+
+    /// How long this trigger is kept without a call: `idle_drop` or more (see `touch_at`).
+    fn kept_without_calls_ms(&self, idle_drop_ms: u64) -> u64 {
+        idle_drop_ms.max(self.keep_ms.load(Ordering::Relaxed))
     }
 
     pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
@@ -236,7 +264,13 @@ struct Inner {
     /// Cluster integration (crate::cluster), set once by `serve`.
     cluster: std::sync::OnceLock<crate::cluster::Cluster>,
     next_serial: AtomicU64,
+    /// When each dropped trigger (ScaledObject, metric name) was last asked about, for up to
+    /// `MAX_CALL_GAP_KEPT`: asked again, it learns the gap it was dropped across.
+    dropped: Mutex<HashMap<(String, String), u64>>,
 }
+
+/// Tombstones of dropped triggers kept at most (each is two short strings).
+const DROPPED_CAP: usize = 10_000;
 
 type Scalers = HashMap<u64, Vec<Arc<ScalerEntry>>>;
 
@@ -282,6 +316,7 @@ impl Engine {
                 pollers: Mutex::new(HashMap::new()),
                 cluster: std::sync::OnceLock::new(),
                 next_serial: AtomicU64::new(0),
+                dropped: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -312,13 +347,24 @@ impl Engine {
         name: &str,
         md: &HashMap<String, String>,
     ) -> Result<Arc<ScalerEntry>, ConfigErrors> {
+        self.resolve_at(namespace, name, md, now_ms())
+    }
+
+    /// `resolve` for a call at `now` (ms).
+    fn resolve_at(
+        &self,
+        namespace: &str,
+        name: &str,
+        md: &HashMap<String, String>,
+        now: u64,
+    ) -> Result<Arc<ScalerEntry>, ConfigErrors> {
         let h = identity_hash(namespace, name, md);
         {
             let map = self.inner.scalers.read().unwrap_or_else(|e| e.into_inner());
             if let Some(e) =
                 map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md)))
             {
-                e.touch();
+                e.touch_at(now);
                 let e = e.clone();
                 drop(map);
                 if e.superseded.load(Ordering::Relaxed) {
@@ -355,7 +401,7 @@ impl Engine {
                 if let Some(e) =
                     map.get(&h).and_then(|v| v.iter().find(|e| same_identity(&e.identity, namespace, name, md)))
                 {
-                    e.touch();
+                    e.touch_at(now);
                     return Ok(e.clone());
                 }
                 // The trigger this metadata replaces, if it was edited: its planner's history
@@ -366,7 +412,11 @@ impl Engine {
                     .filter(|o| same_trigger(&o.config, &cfg))
                     .max_by_key(|o| o.serial)
                     .map(Arc::downgrade);
-                let entry = self.register(identity, cfg, predecessor);
+                let returned = self.returned_after(&cfg, now);
+                let entry = self.register(identity, cfg, predecessor, now);
+                if let Some(gap) = returned {
+                    entry.keep_for_gap(gap);
+                }
                 map.entry(h).or_default().push(entry.clone());
                 self.make_current(&map, &entry);
                 self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
@@ -375,11 +425,28 @@ impl Engine {
         }
     }
 
+    /// If trigger `cfg` was dropped for want of calls and is asked about again within
+    /// `MAX_CALL_GAP_KEPT`, the gap (ms) since its last call before the drop.
+    fn returned_after(&self, cfg: &ScalerConfig, now: u64) -> Option<u64> {
+        let key = (cfg.id.to_string(), cfg.metric_name.clone());
+        let last = self.inner.dropped.lock().unwrap_or_else(|e| e.into_inner()).remove(&key)?;
+        let gap = now.saturating_sub(last);
+        (gap <= MAX_CALL_GAP_KEPT.as_millis() as u64).then(|| {
+            tracing::info!(
+                scaled_object = %cfg.id,
+                gap_s = gap / 1000,
+                "asked again after it was dropped for want of calls: its trigger is kept for twice that gap between calls from now on"
+            );
+            gap
+        })
+    }
+
     fn register(
         &self,
         identity: Identity,
         cfg: ScalerConfig,
         predecessor: Option<Weak<ScalerEntry>>,
+        now: u64,
     ) -> Arc<ScalerEntry> {
         tracing::info!(scaled_object = %cfg.id, sources = cfg.sources.len(), mode = ?cfg.planner.mode, "tracking ScaledObject");
         let pollers = cfg.sources.iter().map(|s| self.poller_for(s, &cfg)).collect();
@@ -395,7 +462,8 @@ impl Engine {
             observed: Mutex::new(reactive.then(prescale_forecaster::history::DemandHistory::default)),
             ready,
             active,
-            last_asked_ms: AtomicU64::new(now_ms()),
+            last_asked_ms: AtomicU64::new(now),
+            keep_ms: AtomicU64::new(0),
             task: Mutex::new(None),
             serial: self.inner.next_serial.fetch_add(1, Ordering::Relaxed),
             superseded: AtomicBool::new(false),
@@ -453,19 +521,32 @@ impl Engine {
         p
     }
 
-    /// Drop ScaledObjects not asked about for `idle_drop`, and what only they used.
+    /// Drop ScaledObjects not asked about for `idle_drop` (or the longer time their calls'
+    /// cadence asks for, see `ScalerEntry::touch_at`), and what only they used.
     pub async fn sweep(&self, now: u64) -> usize {
         let idle = self.inner.opts.idle_drop.as_millis() as u64;
         let removed: Vec<Arc<ScalerEntry>> = {
             let mut map = self.inner.scalers.write().unwrap_or_else(|e| e.into_inner());
             let mut removed = Vec::new();
             for v in map.values_mut() {
-                let (keep, drop): (Vec<_>, Vec<_>) =
-                    v.drain(..).partition(|e| now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) <= idle);
+                let (keep, drop): (Vec<_>, Vec<_>) = v.drain(..).partition(|e| {
+                    now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) <= e.kept_without_calls_ms(idle)
+                });
                 *v = keep;
                 removed.extend(drop);
             }
             map.retain(|_, v| !v.is_empty());
+            let mut dropped = self.inner.dropped.lock().unwrap_or_else(|e| e.into_inner());
+            let cap = MAX_CALL_GAP_KEPT.as_millis() as u64;
+            dropped.retain(|_, last| now.saturating_sub(*last) <= cap);
+            for e in &removed {
+                let still = map.values().flatten().any(|o| same_trigger(&o.config, &e.config));
+                if !still && dropped.len() < DROPPED_CAP {
+                    let last = e.last_asked_ms.load(Ordering::Relaxed);
+                    dropped.insert((e.config.id.to_string(), e.config.metric_name.clone()), last);
+                }
+            }
+            drop(dropped);
             self.inner.metrics.scaled_objects.set(map.values().map(Vec::len).sum::<usize>() as i64);
             removed
         };
@@ -550,6 +631,9 @@ impl Engine {
                     "scaledObject": e.config.id.to_string(),
                     "config": &*e.config,
                     "lastAskedSecondsAgo": now.saturating_sub(e.last_asked_ms.load(Ordering::Relaxed)) as f64 / 1000.0,
+                    // Dropped after this long without a call (--idle-drop-seconds, or twice
+                    // the longest gap between calls seen).
+                    "keptWithoutCallsSeconds": e.kept_without_calls_ms(self.inner.opts.idle_drop.as_millis() as u64) as f64 / 1000.0,
                     // Older metadata of an edited ScaledObject (reports nothing to the cluster).
                     "superseded": e.superseded.load(Ordering::Relaxed),
                     // Whether this trigger's ticks set the ScaledObject's gauges.
@@ -1154,6 +1238,51 @@ async fn warm_from_history(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// KEDA asks a polled `external` trigger every `pollingInterval`; past `--idle-drop-seconds`
+    /// it was dropped between polls and its planner restarted cold at every one.
+    #[tokio::test]
+    async fn a_trigger_polled_less_often_than_the_idle_drop_is_kept_once_its_gap_is_seen() {
+        let engine = Engine::new(EngineOptions::default(), Arc::new(Metrics::new()));
+        let md: HashMap<String, String> = [
+            ("prometheusServerAddress", "http://127.0.0.1:9"),
+            ("prometheusQuery", "up"),
+            ("prometheusPerReplica", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let s = 1000;
+        let t0 = 1_800_000_000_000;
+        let first = engine.resolve_at("ml", "llama", &md, t0).expect("valid metadata");
+        // Asked every 15 s: the 10-minute drop applies.
+        engine.resolve_at("ml", "llama", &md, t0 + 15 * s).unwrap();
+        assert_eq!(first.kept_without_calls_ms(600 * s), 600 * s);
+        assert_eq!(engine.sweep(t0 + 615 * s).await, 0, "asked 600 s ago: kept");
+        assert_eq!(engine.sweep(t0 + 616 * s).await, 1, "601 s without a call: dropped");
+        drop(first);
+        // Polled every 15 minutes: asked again 885 s after the last call, it learns the gap
+        // and is not dropped before the next poll, nor the one after.
+        let again = engine.resolve_at("ml", "llama", &md, t0 + 900 * s).unwrap();
+        assert_eq!(again.kept_without_calls_ms(600 * s), 2 * 885 * s);
+        assert_eq!(engine.sweep(t0 + 1_790 * s).await, 0);
+        let same = engine.resolve_at("ml", "llama", &md, t0 + 1_800 * s).unwrap();
+        assert!(Arc::ptr_eq(&again, &same), "the same trigger, its planner kept");
+        assert_eq!(engine.sweep(t0 + 2_700 * s).await, 0);
+        // A deleted ScaledObject still goes, at twice its cadence.
+        assert_eq!(engine.sweep(t0 + 1_800 * s + 1_800 * s).await, 0);
+        assert_eq!(engine.sweep(t0 + 1_800 * s + 1_800 * s + 1).await, 1);
+        drop((again, same));
+        // After more than a day away it is new again.
+        let later = engine.resolve_at("ml", "llama", &md, t0 + 3_600 * s + 86_401 * s).unwrap();
+        assert_eq!(later.kept_without_calls_ms(600 * s), 600 * s);
+        // An ordinary trigger keeps the ordinary drop, however often it is asked.
+        let other = engine.resolve_at("ml", "mistral", &md, t0).unwrap();
+        for k in 1..=40 {
+            other.touch_at(t0 + k * 15 * s);
+        }
+        assert_eq!(other.kept_without_calls_ms(600 * s), 600 * s);
+    }
 
     #[test]
     fn a_panic_in_a_planner_step_is_caught_not_passed_on() {
