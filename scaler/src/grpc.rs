@@ -40,9 +40,7 @@ impl Service {
 
     async fn answer(&self, r: &ScaledObjectRef) -> Result<crate::engine::Answer, Status> {
         let e = self.resolve(r)?;
-        if e.snapshot().is_none() {
-            e.wait_ready(self.engine.options().first_read_wait).await;
-        }
+        e.wait_first_read().await;
         e.answer(now_ms()).map_err(|u| Status::unavailable(u.0))
     }
 

@@ -314,3 +314,45 @@ async fn an_edit_of_the_metadata_keeps_what_the_planner_learnt_when_the_demand_u
     // bucket starts at most 6 s before the edit; the old history began 25 s before.)
     assert!(first_cold >= edited_at - 6.5, "nothing carried over: {first_cold} vs the edit at {edited_at}");
 }
+
+/// KEDA's GetMetricSpec, GetMetrics and IsActive share one 3-s deadline. While a new
+/// ScaledObject's first read hangs, its calls wait for it once, from its registration: the
+/// first call waits, the next ones answer UNAVAILABLE at once instead of waiting again (two
+/// waits of 1.4 s left KEDA's adapter no time to retry).
+#[tokio::test]
+async fn the_first_read_is_waited_for_once_per_scaled_object_not_once_per_call() {
+    // A Prometheus that accepts connections and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            open.push(sock);
+        }
+    });
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let url = format!("http://{addr}");
+    let so = sref(
+        "llm",
+        "hanging",
+        &[
+            ("prometheusServerAddress", url.as_str()),
+            ("prometheusQuery", "sum(vllm:num_requests_waiting)"),
+            ("prometheusPerReplica", "4"),
+            ("sourceTimeoutSeconds", "20"),
+        ],
+    );
+    let t = std::time::Instant::now();
+    let first = metric(&mut c, &so).await.expect_err("no reading yet");
+    let waited = t.elapsed();
+    assert_eq!(first.code(), tonic::Code::Unavailable, "{first:?}");
+    assert!(waited >= Duration::from_millis(1_000), "the first call waits for the first read: {waited:?}");
+    let t = std::time::Instant::now();
+    let second = active(&mut c, &so).await.expect_err("still no reading");
+    let third = metric(&mut c, &so).await.expect_err("still no reading");
+    let again = t.elapsed();
+    assert_eq!((second.code(), third.code()), (tonic::Code::Unavailable, tonic::Code::Unavailable));
+    assert!(again < Duration::from_millis(700), "the wait is not paid again: {again:?}");
+    held.abort();
+}

@@ -32,11 +32,12 @@ pub struct EngineOptions {
     /// A ScaledObject not asked about for this long is dropped (or for twice the longest gap
     /// between KEDA's calls it has seen, up to [`MAX_CALL_GAP_KEPT`]: see `ScalerEntry::touch`).
     pub idle_drop: Duration,
-    /// How long a first GetMetrics/IsActive waits for the first reading of a new
-    /// ScaledObject before answering UNAVAILABLE. Under half of KEDA's metrics-adapter
-    /// budget: one 3-s gRPC deadline covers GetMetricSpec, GetMetrics and IsActive in
-    /// turn, and the adapter retries on UNAVAILABLE, so a wait of the whole 3 s turned a
-    /// slow first read into a deadline exceeded with no time left for the retry.
+    /// How long after a new ScaledObject is registered its calls wait for the first reading
+    /// before answering UNAVAILABLE: one wait from registration, shared by every call (see
+    /// `ScalerEntry::wait_first_read`). Under half of KEDA's metrics-adapter budget: one 3-s
+    /// gRPC deadline covers GetMetricSpec, GetMetrics and IsActive in turn, and the adapter
+    /// retries on UNAVAILABLE, so a wait of the whole 3 s turned a slow first read into a
+    /// deadline exceeded with no time left for the retry.
     pub first_read_wait: Duration,
     /// Warm each new ScaledObject's planner from the demand history in this Prometheus.
     pub history: Option<history::HistoryOptions>,
@@ -163,6 +164,8 @@ pub struct ScalerEntry {
     /// Kept this long without a call when that is longer than `idle_drop`: twice the longest
     /// gap between calls seen (see `touch`), milliseconds.
     keep_ms: AtomicU64,
+    /// Calls wait for the first reading until then at most (ms; see `wait_first_read`).
+    first_read_by_ms: u64,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Registration order (the newest trigger of a ScaledObject and metric name is current).
     serial: u64,
@@ -246,10 +249,19 @@ impl ScalerEntry {
         Ok(Answer { replicas: snap.replicas, active: snap.replicas > 0 })
     }
 
-    /// Wait (bounded) until the first snapshot exists.
-    pub async fn wait_ready(&self, max: Duration) {
+    /// Wait until the first snapshot exists, at most until `first_read_wait` after the
+    /// registration: KEDA's GetMetrics and IsActive share one deadline, and a wait paid again
+    /// by each call of a ScaledObject whose first read hangs spent it all (2.8 of 3 s).
+    pub async fn wait_first_read(&self) {
+        if self.snapshot().is_some() {
+            return;
+        }
+        let left = self.first_read_by_ms.saturating_sub(now_ms());
+        if left == 0 {
+            return;
+        }
         let mut rx = self.ready.subscribe();
-        let _ = tokio::time::timeout(max, rx.wait_for(|r| *r)).await;
+        let _ = tokio::time::timeout(Duration::from_millis(left), rx.wait_for(|r| *r)).await;
     }
 }
 
@@ -464,6 +476,7 @@ impl Engine {
             active,
             last_asked_ms: AtomicU64::new(now),
             keep_ms: AtomicU64::new(0),
+            first_read_by_ms: now.saturating_add(self.inner.opts.first_read_wait.as_millis() as u64),
             task: Mutex::new(None),
             serial: self.inner.next_serial.fetch_add(1, Ordering::Relaxed),
             superseded: AtomicBool::new(false),

@@ -265,9 +265,7 @@ async fn value(
         Ok(e) => e,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string()),
     };
-    if entry.snapshot().is_none() {
-        entry.wait_ready(s.engine.options().first_read_wait).await;
-    }
+    entry.wait_first_read().await;
     let now = now_ms();
     let answer = match entry.answer(now) {
         Ok(a) => a,
