@@ -664,8 +664,16 @@ async fn measured_warmup_capacity_and_headroom_placeholders_that_leave_when_repl
     assert_eq!(cap["freeByNodePool"]["shared"]["nvidia.com/gpu.shared"], 3, "{cap}");
     assert_eq!(cap["nodePools"][0]["name"], "gpu-mig", "{cap}");
 
-    // The MIG profile nobody offers is named, with the nodes' labels.
-    let p = debug_of(&server, "phi").await;
+    // The MIG profile nobody offers is named, with the nodes' labels (once phi's own view of
+    // the capacity is computed: its target is followed on its own refresh, not llama's).
+    let p = eventually(20, "phi's capacity view", || {
+        let s = &server;
+        async move {
+            let p = debug_of(s, "phi").await;
+            p["cluster"]["warnings"][0].is_string().then_some(p)
+        }
+    })
+    .await;
     let warn = p["cluster"]["warnings"][0].as_str().unwrap_or_default().to_string();
     assert!(warn.contains("MIG profile 2g.20gb (nvidia.com/mig-2g.20gb) is requested but no node offers it"), "{p}");
     assert!(warn.contains("nvidia.com/mig.config=custom-4x1g.10gb-1x3g.40gb"), "{warn}");
