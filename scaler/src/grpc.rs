@@ -84,7 +84,9 @@ impl ExternalScaler for Service {
         tokio::spawn(async move {
             let mut was = false;
             loop {
-                let now = *rx.borrow_and_update();
+                // (And answerable right now: a signal gone stale since the last tick flips
+                // the watch only at the next one.)
+                let now = *rx.borrow_and_update() && entry.answer(now_ms()).is_ok();
                 entry.touch();
                 if now && !was && tx.send(Ok(IsActiveResponse { result: true })).await.is_err() {
                     return;

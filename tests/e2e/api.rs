@@ -40,6 +40,43 @@ async fn stream_is_active_pushes_only_inactive_to_active_transitions() {
     assert!(msg.unwrap().unwrap().result);
 }
 
+/// A push `true` scales from zero at once, so it is sent only from readings `IsActive` would
+/// answer from: once a signal is stale (`IsActive` is UNAVAILABLE and KEDA's fallback
+/// applies), a stream opened then pushes nothing, where it used to push the stale plan.
+#[tokio::test]
+async fn stream_is_active_pushes_nothing_from_a_stale_reading() {
+    let prom = crate::cluster::fake_prometheus(std::sync::Arc::new(std::sync::Mutex::new(6.0))).await;
+    let proxy = Proxy::start(prom.trim_start_matches("http://")).await;
+    let srv = Server::start(&[]);
+    let mut c = srv.client().await;
+    let url = format!("http://127.0.0.1:{}", proxy.port);
+    let so = sref(
+        "ml",
+        &unique("stale-push"),
+        &[
+            ("prometheusServerAddress", url.as_str()),
+            ("prometheusQuery", "sum(vllm:num_requests_waiting)"),
+            ("prometheusPerReplica", "2"),
+            ("sampleSeconds", "1"),
+            ("staleAfterSeconds", "3"),
+            ("mode", "reactive"),
+        ],
+    );
+    let mut stream = c.stream_is_active(so.clone()).await.unwrap().into_inner();
+    let msg = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("a push while active");
+    assert!(msg.unwrap().unwrap().result);
+    drop(stream);
+    proxy.cut();
+    let status = eventually(20, "IsActive UNAVAILABLE once the reading is stale", || {
+        let (mut c, so) = (c.clone(), so.clone());
+        async move { active(&mut c, &so).await.err() }
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let mut stream = c.stream_is_active(so.clone()).await.unwrap().into_inner();
+    assert!(tokio::time::timeout(Duration::from_secs(3), stream.next()).await.is_err(), "no push from a stale reading");
+}
+
 #[tokio::test]
 async fn stream_metric_spec_is_unimplemented_and_spec_is_static() {
     let srv = Server::start(&[]);

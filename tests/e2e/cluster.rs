@@ -366,7 +366,7 @@ fn kubeconfig(server: &str) -> String {
 }
 
 /// A fake Prometheus answering every instant query with `value`.
-async fn fake_prometheus(value: Arc<Mutex<f64>>) -> String {
+pub(crate) async fn fake_prometheus(value: Arc<Mutex<f64>>) -> String {
     let app = axum::Router::new().route(
         "/api/v1/query",
         axum::routing::get(move || {

@@ -224,6 +224,12 @@ impl ScalerEntry {
     pub fn answer(&self, now: u64) -> Result<Answer, Unavailable> {
         let snap =
             self.snapshot().ok_or_else(|| Unavailable(format!("{}: no source has been read yet", self.config.id)))?;
+        self.readable(&snap, now)?;
+        Ok(Answer { replicas: snap.replicas, active: snap.replicas > 0 })
+    }
+
+    /// Whether `snap` may be answered from at `now`: every signal read, none stale.
+    fn readable(&self, snap: &Snapshot, now: u64) -> Result<(), Unavailable> {
         let stale_ms = self.config.stale_after.as_millis() as u64;
         for s in &snap.signals {
             let err = s.last_error.as_deref().unwrap_or("no error recorded");
@@ -246,7 +252,7 @@ impl ScalerEntry {
                 Some(_) => {}
             }
         }
-        Ok(Answer { replicas: snap.replicas, active: snap.replicas > 0 })
+        Ok(())
     }
 
     /// Wait until the first snapshot exists, at most until `first_read_wait` after the
@@ -790,7 +796,8 @@ fn publish(e: &ScalerEntry, snap: Snapshot, metrics: &Metrics) {
         export(e, &snap, metrics);
     }
     let was_active = *e.active.borrow();
-    let now_active = snap.replicas > 0 && e.answer_for(&snap);
+    // A push `true` scales from zero at once: only from readings `IsActive` would answer from.
+    let now_active = snap.replicas > 0 && e.readable(&snap, now_ms()).is_ok();
     *e.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
     if now_active != was_active {
         e.active.send_replace(now_active);
@@ -840,14 +847,6 @@ fn export(e: &ScalerEntry, snap: &Snapshot, metrics: &Metrics) {
     if let Some((scheduled, late)) = snap.queue_counted {
         metrics.queue_scheduled.get_or_create(&labels).inc_by(scheduled);
         metrics.queue_late.get_or_create(&labels).inc_by(late);
-    }
-}
-
-impl ScalerEntry {
-    /// True when every signal of the snapshot has a good reading (active pushes are
-    /// only sent for answerable snapshots).
-    fn answer_for(&self, snap: &Snapshot) -> bool {
-        snap.signals.iter().all(|s| s.last_good_ms.is_some())
     }
 }
 
