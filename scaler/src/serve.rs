@@ -39,10 +39,12 @@ pub enum ServeError {
 }
 
 /// The gRPC port's TLS: the reloading serving configuration and the client CA file of
-/// mutual TLS.
+/// mutual TLS, with the CAs read from it at start-up and that file's modification time.
 struct GrpcTls {
     serving: Arc<crate::tls::Reloading>,
     client_ca: Option<PathBuf>,
+    cas: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ca_stamp: Option<std::time::SystemTime>,
 }
 
 /// The gRPC port's TLS, when configured.
@@ -50,6 +52,7 @@ fn grpc_tls(opts: &ServeOptions) -> Result<Option<GrpcTls>, ServeError> {
     let tls_err = |e: crate::tls::TlsError| ServeError::Tls(e.to_string());
     match (&opts.tls_cert, &opts.tls_key) {
         (Some(cert), Some(key)) => {
+            let ca_stamp = opts.tls_client_ca.as_deref().and_then(crate::tls::mtime);
             let cas = match &opts.tls_client_ca {
                 Some(ca) => crate::tls::read_certs(ca).map_err(tls_err)?,
                 None => Vec::new(),
@@ -62,7 +65,7 @@ fn grpc_tls(opts: &ServeOptions) -> Result<Option<GrpcTls>, ServeError> {
                 alpn: vec![b"h2".to_vec()],
             };
             let reloading = crate::tls::Reloading::new(serving, &cas).map_err(tls_err)?;
-            Ok(Some(GrpcTls { serving: Arc::new(reloading), client_ca: opts.tls_client_ca.clone() }))
+            Ok(Some(GrpcTls { serving: Arc::new(reloading), client_ca: opts.tls_client_ca.clone(), cas, ca_stamp }))
         }
         (None, None) if opts.tls_client_ca.is_some() => {
             Err(ServeError::Tls("--tls-client-ca needs --tls-cert and --tls-key".into()))
@@ -73,17 +76,10 @@ fn grpc_tls(opts: &ServeOptions) -> Result<Option<GrpcTls>, ServeError> {
 }
 
 /// Re-read the gRPC port's certificate, key and client CA when their files change, until
-/// `stop`. A client CA file that no longer reads is logged and the previous CAs kept.
-async fn reload_grpc_tls(
-    tls: Arc<crate::tls::Reloading>,
-    client_ca: Option<PathBuf>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut cas = match &client_ca {
-        Some(p) => crate::tls::read_certs(p).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let mut ca_stamp = client_ca.as_deref().and_then(crate::tls::mtime);
+/// `stop`, starting from what start-up read. A client CA file that no longer reads is logged
+/// and the previous CAs kept (an empty list would rebuild the port without client auth).
+async fn reload_grpc_tls(tls: GrpcTls, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let GrpcTls { serving: tls, client_ca, mut cas, mut ca_stamp } = tls;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(crate::tls::Reloading::POLL) => {}
@@ -210,8 +206,9 @@ pub async fn serve(
     let router = builder.add_service(service);
     let server: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
         match tls {
-            Some(GrpcTls { serving, client_ca }) => {
-                tokio::spawn(reload_grpc_tls(serving.clone(), client_ca, stop_rx.clone()));
+            Some(tls) => {
+                let serving = tls.serving.clone();
+                tokio::spawn(reload_grpc_tls(tls, stop_rx.clone()));
                 Box::pin(router.serve_with_incoming_shutdown(tls_incoming(grpc_listener, serving), grpc_stop))
             }
             None => Box::pin(router.serve_with_incoming_shutdown(

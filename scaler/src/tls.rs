@@ -23,24 +23,30 @@ pub enum TlsError {
 
 /// Every PEM certificate in the file at `path` (at least one).
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| TlsError::Read { path: path.display().to_string(), reason: e.to_string() })?
-        .collect();
-    let certs = certs.map_err(|e| TlsError::Read { path: path.display().to_string(), reason: e.to_string() })?;
-    if certs.is_empty() {
-        return Err(TlsError::Read { path: path.display().to_string(), reason: "no PEM certificate in it".into() });
+    let what = path.display().to_string();
+    match CertificateDer::pem_file_iter(path) {
+        Ok(certs) => at_least_one(certs.collect(), &what),
+        Err(e) => Err(TlsError::Read { path: what, reason: e.to_string() }),
     }
-    Ok(certs)
 }
 
 /// Every PEM certificate in `pem` (at least one); `what` names it in an error.
 pub fn certs_from_pem(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
-    let certs = certs.map_err(|e| TlsError::Read { path: what.into(), reason: e.to_string() })?;
-    if certs.is_empty() {
-        return Err(TlsError::Read { path: what.into(), reason: "no PEM certificate in it".into() });
+    at_least_one(CertificateDer::pem_slice_iter(pem.as_bytes()).collect(), what)
+}
+
+/// The certificates parsed from the PEM source `what`, which must hold one at least.
+fn at_least_one(
+    certs: Result<Vec<CertificateDer<'static>>, rustls::pki_types::pem::Error>,
+    what: &str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    match certs {
+        Ok(certs) if certs.is_empty() => {
+            Err(TlsError::Read { path: what.into(), reason: "no PEM certificate in it".into() })
+        }
+        Ok(certs) => Ok(certs),
+        Err(e) => Err(TlsError::Read { path: what.into(), reason: e.to_string() }),
     }
-    Ok(certs)
 }
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {

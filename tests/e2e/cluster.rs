@@ -1019,6 +1019,9 @@ async fn a_deleted_scaled_objects_placeholders_go_before_its_trigger_is_dropped(
     .await;
 }
 
+/// The write that resizes the static pool `gpu-mig` through its `scale` subresource.
+const SCALE_PATCH: &str = "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale";
+
 /// `spec.replicas` of the static `gpu-mig` pool, when it has one.
 fn pool_replicas(api: &FakeApi) -> Option<i64> {
     api.get(NODEPOOLS, "", "gpu-mig")?.pointer("/spec/replicas")?.as_i64()
@@ -1062,15 +1065,13 @@ async fn without_the_scale_grant_a_static_pool_keeps_its_size_and_no_base_is_rec
     // The plan needs more nodes: the resize is tried through the subresource, and refused.
     eventually(30, "a resize tried through the scale subresource", || {
         let api = api.clone();
-        async move {
-            api.writes().iter().any(|w| w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale").then_some(())
-        }
+        async move { api.writes().iter().any(|w| w == SCALE_PATCH).then_some(()) }
     })
     .await;
     // Reconciles come every 3 s; a refusal is not retried at each (a warning every 3 s per
     // pool) but after five minutes.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let tries = api.writes().iter().filter(|w| *w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale").count();
+    let tries = api.writes().iter().filter(|w| *w == SCALE_PATCH).count();
     assert_eq!(tries, 1, "{:?}", api.writes());
     let pool = api.get(NODEPOOLS, "", "gpu-mig").unwrap();
     assert_eq!(pool_replicas(&api), Some(2), "{pool}");
@@ -1105,7 +1106,7 @@ async fn a_static_node_pool_grows_for_the_plan_and_keeps_its_nodes_as_replicas_l
     // Resized through the scale subresource (what rbac.karpenter.resizeNodePools grants),
     // never by a patch of the NodePool's spec.
     let writes = api.writes();
-    assert!(writes.iter().any(|w| w == "PATCH /apis/karpenter.sh/v1/nodepools/gpu-mig/scale"), "{writes:?}");
+    assert!(writes.iter().any(|w| w == SCALE_PATCH), "{writes:?}");
 
     // Karpenter launches the nodes: they join with their room free. The pool keeps them.
     for i in 0..(grown - 2) {

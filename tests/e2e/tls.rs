@@ -92,13 +92,11 @@ async fn tls_and_mutual_tls_on_the_grpc_port() {
     let (srv_cert, srv_key) = leaf(&Issuer::new(renewed_params, renewed_key), "localhost");
     std::fs::write(&key, srv_key).unwrap();
     std::fs::write(&cert, srv_cert).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let mut renewed = connect(&srv, &renewed_ca, None).await;
-    while renewed.is_err() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        renewed = connect(&srv, &renewed_ca, None).await;
-    }
-    let mut c = renewed.expect("the renewed certificate is served without a restart");
+    let mut c = eventually(15, "the renewed certificate served without a restart", || {
+        let (srv, ca) = (&srv, &renewed_ca);
+        async move { connect(srv, ca, None).await.ok() }
+    })
+    .await;
     c.get_metric_spec(spec_ref()).await.expect("call over the renewed certificate");
     assert!(connect(&srv, &p.ca_pem, None).await.is_err(), "the replaced certificate is still served");
     drop(srv);
