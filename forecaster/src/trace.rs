@@ -2,7 +2,8 @@
 //!
 //! - **Request log**, header `TIMESTAMP,ContextTokens,GeneratedTokens` (the Azure LLM inference
 //!   format): one request per row, `TIMESTAMP` = `YYYY-MM-DD HH:MM:SS` with an optional fraction
-//!   of any number of digits, no zone. t0 = the earliest timestamp with its fraction dropped; a
+//!   of any number of digits, no zone (also read: a `T` for the space and a zone, `Z` or
+//!   `±HH:MM`, which puts the row in UTC). t0 = the earliest timestamp with its fraction dropped; a
 //!   request arrives in second `s = floor(ts − t0)`, which is exactly "whole seconds of `ts`
 //!   minus whole seconds of t0" (the fraction of `ts` is in `[0, 1)`), so no floating point is
 //!   involved. Rows may be in any order. `T = last s + 1`.
@@ -392,9 +393,38 @@ fn digits(s: &str) -> Option<i64> {
     s.parse().ok()
 }
 
+/// Splits an explicit zone off the end of a time of day: `Z`, `±HH:MM` or `±HHMM` (what
+/// pandas, ISO 8601 and some exports of the Azure logs append). Returns the time without it and
+/// the zone's offset from UTC in seconds (0 with no zone).
+fn split_zone(time: &str) -> Result<(&str, i64), &'static str> {
+    if let Some(t) = time.strip_suffix('Z').or_else(|| time.strip_suffix('z')) {
+        return Ok((t, 0));
+    }
+    // A zone starts at the last sign after HH:MM:SS (a time of day has no sign of its own).
+    let Some(at) = time.rfind(['+', '-']) else {
+        return Ok((time, 0));
+    };
+    let (t, zone) = time.split_at(at);
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let z = &zone[1..];
+    let (h, m) = match z.split_once(':') {
+        Some((h, m)) => (h, m),
+        None if z.len() == 4 => z.split_at(2),
+        None if z.len() == 2 => (z, "00"),
+        None => return Err("zone is not Z, ±HH:MM or ±HHMM"),
+    };
+    match (h.len() == 2 && m.len() == 2, digits(h), digits(m)) {
+        (true, Some(h), Some(m)) if h <= 23 && m <= 59 => Ok((t, sign * (h * 3600 + m * 60))),
+        _ => Err("zone is not Z, ±HH:MM or ±HHMM"),
+    }
+}
+
 /// `YYYY-MM-DD HH:MM:SS[.f…]` → whole seconds since 0000-03-01 00:00:00 (fraction dropped).
+/// Also read, beyond REPLAY.md's format, as other exports of the same logs write it: a `T`
+/// between date and time, and an explicit zone (`Z`, `±HH:MM`), the time then taken in UTC.
 fn parse_timestamp(s: &str) -> Result<i64, &'static str> {
-    let (date, time) = s.split_once(' ').ok_or("no space between date and time")?;
+    let (date, time) = s.split_once([' ', 'T']).ok_or("no space or `T` between date and time")?;
+    let (time, offset) = split_zone(time)?;
     let mut d = date.split('-');
     let (Some(y), Some(m), Some(dd), None) = (d.next(), d.next(), d.next(), d.next()) else {
         return Err("date is not YYYY-MM-DD");
@@ -435,7 +465,7 @@ fn parse_timestamp(s: &str) -> Result<i64, &'static str> {
     if hour > 23 || minute > 59 || second > 59 {
         return Err("time of day out of range");
     }
-    Ok(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+    Ok(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset)
 }
 
 fn is_leap(y: i64) -> bool {
@@ -572,6 +602,23 @@ mod tests {
     }
 
     #[test]
+    fn request_log_with_zones_and_iso_separator_is_read_in_utc() {
+        // Another export of the same log: `T` separator, explicit zones. 18:17:03 UTC is the
+        // earliest; +01:00 and -0130 shift their rows onto the same UTC seconds.
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+            2023-11-16 18:17:03.5+00:00,1,1\n\
+            2023-11-16T18:17:04.25Z,1,1\n\
+            2023-11-16 19:17:04+01:00,1,1\n\
+            2023-11-16 16:47:06.9-0130,1,1\n\
+            2023-11-17 00:17:06+06,1,1\n";
+        let t = parse_trace(text).unwrap();
+        assert_eq!(t.arrivals, vec![1.0, 2.0, 0.0, 2.0]);
+        assert_eq!(t.t0_label, "2023-11-16 18:17:03");
+        // A zone past midnight moves the row to the previous UTC day.
+        assert_eq!(parse_timestamp("2024-03-01 00:30:00+01:00"), parse_timestamp("2024-02-29 23:30:00"));
+    }
+
+    #[test]
     fn civil_round_trip() {
         for &(y, m, d) in
             &[(0, 3, 1), (1, 1, 1), (1970, 1, 1), (2000, 2, 29), (2023, 11, 16), (2100, 3, 1), (9999, 12, 31)]
@@ -586,7 +633,12 @@ mod tests {
     #[test]
     fn bad_timestamps_name_line_and_column() {
         for bad in [
-            "2023-11-16T18:17:03",
+            "2023-11-16_18:17:03",
+            "2023-11-16 18:17:03+5",
+            "2023-11-16 18:17:03+24:00",
+            "2023-11-16 18:17:03.5+00:6a",
+            "2023-11-16 18:17:03.5+",
+            "2023-11-16 18:17:03 UTC",
             "2023-13-16 18:17:03",
             "2023-02-29 18:17:03",
             "2023-11-16 24:00:00",
