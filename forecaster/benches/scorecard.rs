@@ -9,7 +9,9 @@
 //! workspace root). Run: `cargo bench -p prescale-forecaster --bench scorecard`.
 //!
 //! Other traces are scored by the same rules with `PRESCALE_TRACE_SET=FILE:CAPACITY:SLO[,...]`
-//! (paths relative to `$PRESCALE_TRACES`, or absolute), which replaces the dev set.
+//! (paths relative to `$PRESCALE_TRACES`, or absolute), which replaces the dev set, and at
+//! other warm-ups with `PRESCALE_WARMUPS=600,900` (the product plans for warm-ups of one to
+//! fifteen minutes; REPLAY.md scores 60, 180 and 420 s).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -30,6 +32,22 @@ const DEV: [(&str, f64, f64); 5] = [
     ("servegen-m-large-chunk-93", 0.25, 5.0),
 ];
 const WARMUPS: [u64; 3] = [60, 180, 420];
+
+/// The warm-ups to replay: `$PRESCALE_WARMUPS` (comma-separated seconds) or [`WARMUPS`].
+fn warmups() -> Vec<u64> {
+    match std::env::var("PRESCALE_WARMUPS") {
+        Ok(v) => {
+            let ws: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).filter(|&w| w > 0).collect();
+            if ws.is_empty() {
+                println!("PRESCALE_WARMUPS={v:?} names no warm-up; using {WARMUPS:?}");
+                WARMUPS.to_vec()
+            } else {
+                ws
+            }
+        }
+        Err(_) => WARMUPS.to_vec(),
+    }
+}
 const INTERVAL: u64 = 15;
 
 fn traces_dir() -> PathBuf {
@@ -123,7 +141,7 @@ fn main() {
         let t_start = Instant::now();
         let mut decide_ns = 0.0;
         let mut decisions = 0usize;
-        for w in WARMUPS {
+        for &w in &warmups() {
             if only_w.is_some_and(|x| x != w) {
                 continue;
             }
@@ -159,9 +177,10 @@ fn main() {
             });
         }
         println!(
-            "replay {stem}: {} s of trace, 3 W × (prescale + reactive + oracle) in {:.2} s wall; \
+            "replay {stem}: {} s of trace, {} W × (prescale + reactive + oracle) in {:.2} s wall; \
              prescale sim incl. policy {:.0} ns per decision",
             trace.arrivals.len(),
+            warmups().iter().filter(|&&w| only_w.is_none_or(|x| x == w)).count(),
             t_start.elapsed().as_secs_f64(),
             decide_ns / decisions.max(1) as f64
         );
@@ -295,7 +314,7 @@ fn variants(dir: &std::path::Path) {
                 cap *= k;
                 trace.arrivals = poisson_log(&trace.arrivals, k, window_s as usize, 0x5eed ^ stem.len() as u64);
             }
-            for w in WARMUPS {
+            for &w in &warmups() {
                 let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
                 let mut pre = PrescalePolicy::new(&sc).expect("valid scenario");
                 let p = simulate(&trace, &sc, &mut pre, None);
