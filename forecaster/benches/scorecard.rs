@@ -32,6 +32,7 @@ const DEV: [(&str, f64, f64); 5] = [
     ("servegen-m-large-chunk-93", 0.25, 5.0),
 ];
 const WARMUPS: [u64; 3] = [60, 180, 420];
+const INTERVAL: u64 = 15;
 
 /// The warm-ups to replay: `$PRESCALE_WARMUPS` (comma-separated seconds) or [`WARMUPS`].
 fn warmups() -> Vec<u64> {
@@ -48,7 +49,6 @@ fn warmups() -> Vec<u64> {
         Err(_) => WARMUPS.to_vec(),
     }
 }
-const INTERVAL: u64 = 15;
 
 fn traces_dir() -> PathBuf {
     if let Ok(p) = std::env::var("PRESCALE_TRACES") {

@@ -409,7 +409,9 @@ fn split_zone(time: &str) -> Result<(&str, i64), &'static str> {
     let z = &zone[1..];
     let (h, m) = match z.split_once(':') {
         Some((h, m)) => (h, m),
-        None if z.len() == 4 => z.split_at(2),
+        // Only digits are split by position (a byte index inside a multi-byte character
+        // would panic).
+        None if z.len() == 4 && z.bytes().all(|b| b.is_ascii_digit()) => z.split_at(2),
         None if z.len() == 2 => (z, "00"),
         None => return Err("zone is not Z, ±HH:MM or ±HHMM"),
     };
@@ -638,6 +640,8 @@ mod tests {
             "2023-11-16 18:17:03+24:00",
             "2023-11-16 18:17:03.5+00:6a",
             "2023-11-16 18:17:03.5+",
+            "2023-11-16 18:17:03+1é1",
+            "2023-11-16 18:17:03-é12",
             "2023-11-16 18:17:03 UTC",
             "2023-13-16 18:17:03",
             "2023-02-29 18:17:03",
