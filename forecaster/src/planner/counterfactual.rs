@@ -73,7 +73,7 @@ pub(super) struct OrderSnap {
     pub(super) peak: [f64; 2],
     /// Seconds a projected backlog is drained over once the replicas ordered for it are ready.
     pub(super) drain_s: f64,
-    /// Off a grid (or on one finer than W + I): the last minute's rate carried forward by
+    /// Off a grid (or on one finer than W): the last minute's rate carried forward by
     /// its recent rise over part of W + I (see `Planner::ramp_floor`); 0 on a coarse grid.
     pub(super) ramp: f64,
     /// The demand follows a window grid (see `Planner::grid`).

@@ -549,9 +549,7 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
         20.0 + wobble + 180.0 * ((k * window - 3600.0) / 600.0).clamp(0.0, 1.0)
     };
     for (window, fine) in [(60.0, true), (600.0, false)] {
-        let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
-        cfg.max_replicas = 100;
-        let mut p = Planner::new(cfg).unwrap();
+        let mut p = grid_planner(w);
         let mut t = 0.0;
         while t < 4800.0 {
             if t == 3900.0 {
@@ -577,6 +575,46 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
     }
 }
 
+/// A planner at warm-up `w` for the grid tests: 10 req/s per replica, interval 15 s, SLO 5 s,
+/// at most 100 replicas.
+fn grid_planner(w: f64) -> Planner {
+    let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
+    cfg.max_replicas = 100;
+    Planner::new(cfg).unwrap()
+}
+
+#[test]
+fn windows_as_long_as_the_warm_up_are_a_coarse_grid_and_hold_the_next_windows_order() {
+    // 10-minute windows at W = 600 s: the order for a window is placed at the previous change
+    // point at the earliest, so the grid is coarse, and a forecast margin's need is held
+    // until the next change point (the order for it), not for W. At W = 900 s an order spans
+    // two windows: a fine grid, held for W as off a grid.
+    let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
+    for (w, coarse) in [(600.0, true), (900.0, false)] {
+        let mut p = grid_planner(w);
+        let mut t = 0.0;
+        while t < 4800.0 {
+            if t == 4230.0 {
+                assert_eq!(p.grid.period(), Some(600.0));
+                assert_eq!(p.coarse_grid(), coarse, "W = {w}");
+                assert!(!p.spent());
+                let next = p.grid.next_change(t).unwrap();
+                assert_eq!(next, 4800.0);
+                let hold = p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }, t);
+                let expected = if coarse { t - (next - p.horizon()) } else { w };
+                assert_eq!(hold, expected, "W = {w}");
+                if coarse {
+                    // Held from the order's first decision (one W + I before the change point).
+                    assert_eq!(hold, 45.0);
+                }
+            }
+            p.plan(t, 20, 0);
+            p.observe(t + 15.0, 15.0, rate_at(t) * 15.0, 0.0);
+            t += 15.0;
+        }
+    }
+}
+
 #[test]
 fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // 10-minute windows planned at W = 180 s (a coarse grid: no hold between its change
@@ -585,9 +623,7 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // 2,000 is. After the late decision every margin's needs are held for W, then not.
     let w = 180.0;
     let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
-    let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
-    cfg.max_replicas = 100;
-    let mut p = Planner::new(cfg).unwrap();
+    let mut p = grid_planner(w);
     let forecast = Cand { q: 6, wake: 0, level: 0 };
     let level = Cand { q: 0, wake: 0, level: 1 };
     let mut t = 0.0;
