@@ -80,6 +80,9 @@ pub(super) struct OrderSnap {
     pub(super) on_grid: bool,
     /// The rate a backlog is projected with while no replica is ready (see `projection_rate`).
     pub(super) rate_cold: f64,
+    /// On a grid finer than W, the current window's start: until the next change point
+    /// nothing is learnt, so every need placed since is held (see `Planner::fine_window_start`).
+    pub(super) window_start: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,8 +241,9 @@ pub(super) fn in_use(s: &OrderSnap, ready: u32, mu: f64) -> f64 {
 /// Counterfactual replay of every candidate margin: each candidate's fleet follows the
 /// orders it would have placed, with the fleet rules of the real one (a replica ordered at
 /// `d` serves from `d + W`, is paid from `d`, and a smaller order removes replicas at once,
-/// warming ones first); its own fluid queue is fed the real arrivals, and its replica-seconds
-/// and late mass are accumulated with exponential decay. The planner then follows the
+/// warming ones first; on a grid finer than W no order goes below an earlier one of the same
+/// window, as the planner holds its needs); its own fluid queue is fed the real arrivals,
+/// and its replica-seconds and late mass are accumulated with exponential decay. The planner then follows the
 /// candidate with the lowest cost + price × late mass, i.e. it learns its safety margin from
 /// the misses it would have had (Autopilot's recommender).
 #[derive(Debug, Clone)]
@@ -260,6 +264,10 @@ pub(super) struct Counterfactual {
     /// Arrival mass with the selection half-life (the denominator of the recent miss share).
     pub(super) mass_s: f64,
     pub(super) started: bool,
+    /// On a grid finer than W: each candidate's largest order since `held_window` began (the
+    /// window's start), which its later orders in that window do not go below.
+    pub(super) held: Vec<u32>,
+    pub(super) held_window: f64,
 }
 
 impl Counterfactual {
@@ -276,6 +284,8 @@ impl Counterfactual {
             seen_s: 0.0,
             mass_s: 0.0,
             started: false,
+            held: vec![0; CF_N],
+            held_window: f64::NAN,
         }
     }
 
@@ -293,6 +303,14 @@ impl Counterfactual {
                 return;
             }
         }
+        match s.window_start {
+            Some(ws) if ws != self.held_window => {
+                self.held.iter_mut().for_each(|h| *h = 0);
+                self.held_window = ws;
+            }
+            Some(_) => {}
+            None => self.held_window = f64::NAN,
+        }
         let mut ord = [0u32; CF_N];
         for (i, o) in ord.iter_mut().enumerate() {
             // As the real planner does: drain the backlog the candidate will have when this
@@ -300,7 +318,13 @@ impl Counterfactual {
             let proj =
                 backlog_at_ready(self.backlog[i], projection_rate(s, self.ready[i]), self.ready[i] as f64 * mu, w);
             let u = cand_upper(s, Cand::from_index(i), eps).max(in_use(s, self.ready[i], mu)) + proj / s.drain_s;
-            let r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
+            let mut r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
+            // As the real planner holds them (`Planner::scale_in_hold`), so that the budget
+            // prices the hold.
+            if s.window_start.is_some() {
+                r = r.max(self.held[i]);
+                self.held[i] = r;
+            }
             *o = r;
             self.reps[i] = r;
             // Fewer than ready: ready replicas are removed at once.
@@ -467,7 +491,7 @@ impl Counterfactual {
                 + self.late_s.capacity()
                 + self.cost_s.capacity())
                 * 8
-            + (self.reps.capacity() + self.ready.capacity()) * 4
+            + (self.reps.capacity() + self.ready.capacity() + self.held.capacity()) * 4
     }
 }
 

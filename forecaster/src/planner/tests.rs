@@ -26,6 +26,7 @@ fn snap_at(t: f64, current: f64) -> OrderSnap {
         ramp: 0.0,
         on_grid: true,
         rate_cold: current,
+        window_start: None,
     }
 }
 
@@ -563,10 +564,12 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
                     assert_eq!(ramp, 0.0);
                 }
                 // A forecast margin's need is held for W against a scale-in on the fine
-                // grid only (a standing level is its own hold on either).
+                // grid only. A standing level is its own hold on the coarse grid; on the fine
+                // one it too keeps every need since the window began (3,840 s: at 3,900 s the
+                // new window's rate is not seen yet), as every need is until the next change.
                 assert!(!p.spent());
                 assert_eq!(p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }, t), if fine { w } else { 0.0 });
-                assert_eq!(p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }, t), 0.0);
+                assert_eq!(p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }, t), if fine { 60.0 } else { 0.0 });
             }
             p.plan(t, 20, 0);
             p.observe(t + 15.0, 15.0, rate_at(t, window) * 15.0, 0.0);
@@ -581,6 +584,30 @@ fn grid_planner(w: f64) -> Planner {
     let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
     cfg.max_replicas = 100;
     Planner::new(cfg).unwrap()
+}
+
+#[test]
+fn on_a_fine_grid_every_candidate_keeps_its_largest_order_until_the_window_changes() {
+    // The counterfactual holds each candidate's orders as the planner holds its needs on a
+    // grid finer than W: within a window no order goes below an earlier one; the next window
+    // starts afresh. Off such a grid (no window start) a smaller order is placed as asked.
+    let (w, mu) = (900.0, 1.0);
+    for fine in [true, false] {
+        let mut cf = Counterfactual::new();
+        let at = |t: f64, current: f64, start: f64| {
+            let mut s = snap_at(t, current);
+            s.window_start = fine.then_some(start);
+            s
+        };
+        cf.push(&at(0.0, 8.0, 0.0), 15.0, w, mu, 0.05, 100.0, 0);
+        assert!(cf.reps.iter().all(|&r| r == 8));
+        cf.push(&at(15.0, 5.0, 0.0), 15.0, w, mu, 0.05, 100.0, 0);
+        assert!(cf.reps.iter().all(|&r| r == if fine { 8 } else { 5 }), "fine {fine}: {:?}", cf.reps);
+        // The 8 ordered at 0 are still warming (W = 900 s): held, none was cancelled.
+        assert_eq!(cf.orders.back().unwrap().1[0], if fine { 8 } else { 5 });
+        cf.push(&at(600.0, 5.0, 600.0), 15.0, w, mu, 0.05, 100.0, 0);
+        assert!(cf.reps.iter().all(|&r| r == 5), "fine {fine}: {:?}", cf.reps);
+    }
 }
 
 #[test]
@@ -603,9 +630,16 @@ fn windows_as_long_as_the_warm_up_are_a_coarse_grid_and_hold_the_next_windows_or
                 let hold = p.scale_in_hold(Cand { q: 6, wake: 0, level: 0 }, t);
                 let expected = if coarse { t - (next - p.horizon()) } else { w };
                 assert_eq!(hold, expected, "W = {w}");
+                let level = p.scale_in_hold(Cand { q: 0, wake: 0, level: 1 }, t);
                 if coarse {
                     // Held from the order's first decision (one W + I before the change point).
                     assert_eq!(hold, 45.0);
+                    assert_eq!(p.fine_window_start(t), None);
+                } else {
+                    // On the fine grid every need since the window began (4,200 s) is held,
+                    // a standing level's too, which has no hold of its own.
+                    assert_eq!(p.fine_window_start(t), Some(4200.0));
+                    assert_eq!(level, 30.0);
                 }
             }
             p.plan(t, 20, 0);
