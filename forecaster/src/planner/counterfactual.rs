@@ -243,9 +243,9 @@ pub(super) fn in_use(s: &OrderSnap, ready: u32, mu: f64) -> f64 {
 /// `d` serves from `d + W`, is paid from `d`, and a smaller order removes replicas at once,
 /// warming ones first; on a grid finer than W no order goes below an earlier one of the same
 /// window, as the planner holds its needs); its own fluid queue is fed the real arrivals,
-/// and its replica-seconds and late mass are accumulated with exponential decay. The planner then follows the
-/// candidate with the lowest cost + price × late mass, i.e. it learns its safety margin from
-/// the misses it would have had (Autopilot's recommender).
+/// and its replica-seconds and late mass are accumulated with exponential decay. The planner
+/// then follows the candidate with the lowest cost + price × late mass, i.e. it learns its
+/// safety margin from the misses it would have had (Autopilot's recommender).
 #[derive(Debug, Clone)]
 pub(super) struct Counterfactual {
     /// Orders not yet ready: time and each candidate's replica count, clipped by later
