@@ -620,6 +620,26 @@ mod tests {
         assert_eq!(parse_timestamp("2024-03-01 00:30:00+01:00"), parse_timestamp("2024-02-29 23:30:00"));
     }
 
+    proptest::proptest! {
+        // Whatever follows a valid date and time (zones, signs, multi-byte characters), the
+        // parser answers without panicking (it found the byte split of a 4-byte zone holding
+        // `é`), and a zone it accepts shifts the time by exactly its offset.
+        #[test]
+        fn any_time_suffix_parses_or_errs_without_panicking(
+            suffix in "[+-][0-9:é]{0,5}|[Zz]|\\PC{0,8}",
+            h in 0i64..24,
+            m in 0i64..60,
+        ) {
+            let _ = parse_timestamp(&format!("2024-05-10 00:00:00{suffix}"));
+            let _ = parse_timestamp(&format!("2024-05-10T00:00:00.5{suffix}"));
+            let base = parse_timestamp("2024-05-10 12:00:00").unwrap();
+            let east = parse_timestamp(&format!("2024-05-10 12:00:00+{h:02}:{m:02}")).unwrap();
+            let west = parse_timestamp(&format!("2024-05-10 12:00:00.25-{h:02}{m:02}")).unwrap();
+            proptest::prop_assert_eq!(base - east, h * 3600 + m * 60);
+            proptest::prop_assert_eq!(west - base, h * 3600 + m * 60);
+        }
+    }
+
     #[test]
     fn civil_round_trip() {
         for &(y, m, d) in
