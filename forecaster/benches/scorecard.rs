@@ -141,10 +141,12 @@ fn main() {
         let t_start = Instant::now();
         let mut decide_ns = 0.0;
         let mut decisions = 0usize;
+        let mut replayed = 0usize;
         for &w in &warmups() {
             if only_w.is_some_and(|x| x != w) {
                 continue;
             }
+            replayed += 1;
             let sc = scenario_defaults(&trace, cap, w, slo, INTERVAL, 0, None, None);
             let mut pre = PrescalePolicy::new(&sc).expect("valid scenario");
             let t0 = Instant::now();
@@ -180,7 +182,7 @@ fn main() {
             "replay {stem}: {} s of trace, {} W × (prescale + reactive + oracle) in {:.2} s wall; \
              prescale sim incl. policy {:.0} ns per decision",
             trace.arrivals.len(),
-            warmups().iter().filter(|&&w| only_w.is_none_or(|x| x == w)).count(),
+            replayed,
             t_start.elapsed().as_secs_f64(),
             decide_ns / decisions.max(1) as f64
         );

@@ -529,7 +529,13 @@ fn feed_rate(p: &mut Planner, rate: &dyn Fn(f64) -> f64, t: &mut f64, until: f64
 }
 
 fn planner(w: f64) -> Planner {
-    let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
+    planner_at(1.0, w)
+}
+
+/// A planner of `capacity` req/s per replica at warm-up `w`: interval 15 s, SLO 5 s, at most
+/// 100 replicas.
+fn planner_at(capacity: f64, w: f64) -> Planner {
+    let mut cfg = PlannerConfig::new(capacity, WarmupDist::Fixed(w), 15.0, 5.0);
     cfg.max_replicas = 100;
     Planner::new(cfg).unwrap()
 }
@@ -550,7 +556,7 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
         20.0 + wobble + 180.0 * ((k * window - 3600.0) / 600.0).clamp(0.0, 1.0)
     };
     for (window, fine) in [(60.0, true), (600.0, false)] {
-        let mut p = grid_planner(w);
+        let mut p = planner_at(10.0, w);
         let mut t = 0.0;
         while t < 4800.0 {
             if t == 3900.0 {
@@ -576,14 +582,6 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
             t += 15.0;
         }
     }
-}
-
-/// A planner at warm-up `w` for the grid tests: 10 req/s per replica, interval 15 s, SLO 5 s,
-/// at most 100 replicas.
-fn grid_planner(w: f64) -> Planner {
-    let mut cfg = PlannerConfig::new(10.0, WarmupDist::Fixed(w), 15.0, 5.0);
-    cfg.max_replicas = 100;
-    Planner::new(cfg).unwrap()
 }
 
 #[test]
@@ -618,7 +616,7 @@ fn windows_as_long_as_the_warm_up_are_a_coarse_grid_and_hold_the_next_windows_or
     // two windows: a fine grid, held for W as off a grid.
     let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
     for (w, coarse) in [(600.0, true), (900.0, false)] {
-        let mut p = grid_planner(w);
+        let mut p = planner_at(10.0, w);
         let mut t = 0.0;
         while t < 4800.0 {
             if t == 4230.0 {
@@ -657,7 +655,7 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // 2,000 is. After the late decision every margin's needs are held for W, then not.
     let w = 180.0;
     let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
-    let mut p = grid_planner(w);
+    let mut p = planner_at(10.0, w);
     let forecast = Cand { q: 6, wake: 0, level: 0 };
     let level = Cand { q: 0, wake: 0, level: 1 };
     let mut t = 0.0;
@@ -702,9 +700,7 @@ fn on_a_coarse_grid_an_order_for_the_next_window_is_held_until_its_change_point(
     // smaller need does not cancel it. A need of the current window, placed earlier, is not
     // held.
     let w = 180.0;
-    let mut cfg = PlannerConfig::new(1.0, WarmupDist::Fixed(w), 15.0, 5.0);
-    cfg.max_replicas = 100;
-    let mut p = Planner::new(cfg).unwrap();
+    let mut p = planner(w);
     let rate = |t: f64| 5.0 + (((t / 600.0).floor() as u64) % 3) as f64 * 3.0;
     let mut t = 0.0;
     while t < 22_080.0 {
