@@ -202,11 +202,28 @@ pub(super) fn cand_margin(s: &OrderSnap, c: Cand) -> Margin {
 }
 
 /// The backlog an order placed now has to drain when it is ready, W from now: today's `b`
-/// plus what the ready fleet (capacity `cap`) falls short of the arrival `rate` over W.
-/// The real planner and every counterfactual candidate size their drain with it.
-pub(super) fn backlog_at_ready(b: f64, rate: f64, cap: f64, w: f64) -> f64 {
+/// plus what the fleet falls short of the arrival `rate` over W, with `ready` replicas of
+/// capacity `mu` now and the ready count rising at `steps` (seconds from now, replicas ready
+/// from then on; in time order). The real planner and every counterfactual candidate size
+/// their drain with it; only the real planner, on a grid finer than W, passes steps (its own
+/// replicas still warming, see `OwnOrders`).
+pub(super) fn backlog_at_ready(
+    b: f64,
+    rate: f64,
+    mu: f64,
+    ready: u32,
+    w: f64,
+    steps: impl IntoIterator<Item = (f64, u32)>,
+) -> f64 {
     if b > 0.0 {
-        b + (rate - cap).max(0.0) * w
+        let (mut short, mut from, mut n) = (0.0, 0.0, ready);
+        for (at, ready_then) in steps {
+            let at = at.max(from).min(w.max(from));
+            short += (rate - f64::from(n) * mu).max(0.0) * (at - from);
+            from = at;
+            n = n.max(ready_then);
+        }
+        b + short + (rate - f64::from(n) * mu).max(0.0) * (w - from)
     } else {
         0.0
     }
@@ -315,8 +332,7 @@ impl Counterfactual {
         for (i, o) in ord.iter_mut().enumerate() {
             // As the real planner does: drain the backlog the candidate will have when this
             // order is ready (today's plus its shortfall over W).
-            let proj =
-                backlog_at_ready(self.backlog[i], projection_rate(s, self.ready[i]), self.ready[i] as f64 * mu, w);
+            let proj = backlog_at_ready(self.backlog[i], projection_rate(s, self.ready[i]), mu, self.ready[i], w, []);
             let u = cand_upper(s, Cand::from_index(i), eps).max(in_use(s, self.ready[i], mu)) + proj / s.drain_s;
             let mut r = (u / mu - 1e-9).ceil().clamp(0.0, max_r) as u32;
             // As the real planner holds them (`Planner::scale_in_hold`), so that the budget

@@ -585,6 +585,78 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
 }
 
 #[test]
+fn on_a_fine_grid_a_drain_counts_the_replicas_already_warming() {
+    // 10-minute windows at 100 ± 1 req/s (replicas of 10 req/s), then a step to 160 req/s.
+    // At W = 900 s (a grid finer than W) the first drain order is still warming when the
+    // next decisions see the backlog grow: projected with those replicas serving from their
+    // ready second, the backlog left for a new order is what they do not clear, and the
+    // planner orders less than one that forgets them. At W = 600 s (a coarse grid) the
+    // projection is the plain one either way.
+    for (w, fine) in [(900.0, true), (600.0, false)] {
+        let mu = 10.0;
+        let mut p = planner_at(mu, w);
+        p.cfg.max_replicas = 1000;
+        // A fleet as REPLAY.md runs it: (ready second, count) of the replicas warming.
+        let (mut ready, mut warming, mut backlog) = (10u32, Vec::<(f64, u32)>::new(), 0.0f64);
+        let step_at = 4.0 * 3600.0;
+        let mut t = 0.0;
+        let mut checked = false;
+        while t < step_at + 600.0 {
+            let warm: u32 = warming.iter().map(|x| x.1).sum();
+            if t > step_at + 300.0 && warm > 0 && backlog > 0.0 && !checked {
+                checked = true;
+                assert_eq!(p.fine_window_start(t).is_some(), fine, "W = {w}");
+                let mut forgetful = p.clone();
+                forgetful.own_orders = orders::OwnOrders::default();
+                let counted = p.clone().plan(t, ready, warm).desired;
+                let plain = forgetful.plan(t, ready, warm).desired;
+                if fine {
+                    assert!(counted < plain, "W = {w}: {counted} with the warming replicas, {plain} without");
+                    // Still enough for the step and more than the fleet there is.
+                    assert!(counted >= 16 && counted > ready + warm - 1, "W = {w}: {counted}");
+                } else {
+                    assert_eq!(counted, plain, "W = {w}");
+                }
+            }
+            let d = p.plan(t, ready, warm).desired;
+            let n = ready + warm;
+            if d > n {
+                warming.push((t + w, d - n));
+            } else {
+                let mut cut = n - d;
+                while cut > 0 {
+                    match warming.last_mut() {
+                        Some(last) if last.1 > cut => {
+                            last.1 -= cut;
+                            cut = 0;
+                        }
+                        Some(_) => {
+                            cut -= warming.pop().unwrap().1;
+                        }
+                        None => {
+                            ready -= cut;
+                            cut = 0;
+                        }
+                    }
+                }
+            }
+            // (±1 req/s from window to window, so that each boundary is a change.)
+            let wobble = if (t / 600.0).floor() as i64 % 2 == 0 { 1.0 } else { -1.0 };
+            let rate = wobble + if t < step_at { 100.0 } else { 160.0 };
+            for s in 0..15 {
+                let now = t + s as f64;
+                ready += warming.iter().filter(|x| x.0 <= now).map(|x| x.1).sum::<u32>();
+                warming.retain(|x| x.0 > now);
+                backlog = (backlog + rate - f64::from(ready) * mu).max(0.0);
+            }
+            p.observe(t + 15.0, 15.0, rate * 15.0, backlog);
+            t += 15.0;
+        }
+        assert!(checked, "W = {w}: no decision with a backlog and replicas warming");
+    }
+}
+
+#[test]
 fn on_a_fine_grid_every_candidate_keeps_its_largest_order_until_the_window_changes() {
     // The counterfactual holds each candidate's orders as the planner holds its needs on a
     // grid finer than W: within a window no order goes below an earlier one; the next window
