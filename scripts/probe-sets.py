@@ -8,6 +8,9 @@ probe set; the derived sets are written under OUT_DIR (default `target/probes`):
     coarse    the dev rate series averaged to 30- and 60-minute windows (24 scenarios)
     fine      the dev rate series at 1- and 5-minute windows, each window's value linearly
               interpolated between window centres (a smooth ramp; 24 scenarios)
+    noisy     the dev rate series as Poisson counts per 1- and 5-minute window: what a
+              Prometheus export of the real request stream at that step looks like (a grid
+              finer than W with noise on every window; 24 scenarios)
     alt       the dev traces at capacities and SLOs other than their README's (21 scenarios)
     servegen  four more ServeGen m-large clients (forecaster/benches/heldout/, 18 scenarios)
     servegen2 seven more, every 20th client from 20 to 140 (21 scenarios)
@@ -27,6 +30,8 @@ single clients, 0.25 for the scale-to-zero one; SLO 5 s.
 import argparse
 import csv
 import os
+import math
+import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,6 +93,39 @@ def fine(out):
     return spec
 
 
+def poisson(rng, lam):
+    """A Poisson draw (Knuth's product of uniforms below 30, a rounded normal above)."""
+    if lam <= 0:
+        return 0
+    if lam < 30:
+        limit, k, p = math.exp(-lam), 0, 1.0
+        while True:
+            p *= rng.random()
+            if p <= limit:
+                return k
+            k += 1
+    return max(0, round(rng.gauss(lam, math.sqrt(lam))))
+
+
+def noisy(out):
+    spec = []
+    for name, cap in SERIES:
+        rows = read_rates(os.path.join(DEV, name + ".csv"))
+        width = rows[1][0] - rows[0][0]
+        for step in (60, 300):
+            # A fixed seed per file: the same set on every machine (Python's generator is
+            # stable across versions for random() and gauss()).
+            rng = random.Random(f"{name}-p{step}")
+            sub = []
+            for t0, r in rows:
+                for j in range(0, int(width), step):
+                    sub.append((t0 + j, poisson(rng, r * step) / step))
+            path = os.path.join(out, f"{name}-p{step}.csv")
+            write_rates(path, sub)
+            spec.append(f"{path}:{cap}:5")
+    return spec
+
+
 def alt(_out):
     d = DEV
     return [
@@ -144,6 +182,7 @@ def conv(_out):
 SETS = {
     "coarse": coarse,
     "fine": fine,
+    "noisy": noisy,
     "alt": alt,
     "servegen": servegen,
     "servegen2": servegen2,
