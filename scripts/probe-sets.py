@@ -60,37 +60,42 @@ def write_rates(path, rows):
             f.write(f"{int(t)},{r:.6f}\n")
 
 
-def coarse(out):
+def derived(out, tag, params, windows):
+    """One file per dev series and parameter `k`: `windows(name, rows, k)` turns the series'
+    `(start, rate)` rows into new ones, written as `{name}-{tag}{k}.csv`; returns the spec."""
     spec = []
     for name, cap in SERIES:
         rows = read_rates(os.path.join(DEV, name + ".csv"))
-        for k in (3, 6):
-            avg = [(rows[i][0], sum(r for _, r in rows[i : i + k]) / k) for i in range(0, len(rows) - k + 1, k)]
-            path = os.path.join(out, f"{name}-c{k}.csv")
-            write_rates(path, avg)
+        for k in params:
+            path = os.path.join(out, f"{name}-{tag}{k}.csv")
+            write_rates(path, windows(name, rows, k))
             spec.append(f"{path}:{cap}:5")
     return spec
+
+
+def coarse(out):
+    # k consecutive windows averaged into one.
+    def windows(_name, rows, k):
+        return [(rows[i][0], sum(r for _, r in rows[i : i + k]) / k) for i in range(0, len(rows) - k + 1, k)]
+
+    return derived(out, "c", (3, 6), windows)
 
 
 def fine(out):
-    spec = []
-    for name, cap in SERIES:
-        rows = read_rates(os.path.join(DEV, name + ".csv"))
+    def windows(_name, rows, step):
         width = rows[1][0] - rows[0][0]
-        for step in (60, 300):
-            sub = []
-            for i, (t0, r0) in enumerate(rows):
-                before = rows[i - 1][1] if i > 0 else r0
-                after = rows[i + 1][1] if i + 1 < len(rows) else r0
-                for j in range(0, int(width), step):
-                    # The rate at the sub-window's centre, on the line between window centres.
-                    x = (j + step / 2) / width
-                    v = before + (r0 - before) * (x + 0.5) if x < 0.5 else r0 + (after - r0) * (x - 0.5)
-                    sub.append((t0 + j, max(v, 0.0)))
-            path = os.path.join(out, f"{name}-f{step}.csv")
-            write_rates(path, sub)
-            spec.append(f"{path}:{cap}:5")
-    return spec
+        sub = []
+        for i, (t0, r0) in enumerate(rows):
+            before = rows[i - 1][1] if i > 0 else r0
+            after = rows[i + 1][1] if i + 1 < len(rows) else r0
+            for j in range(0, int(width), step):
+                # The rate at the sub-window's centre, on the line between window centres.
+                x = (j + step / 2) / width
+                v = before + (r0 - before) * (x + 0.5) if x < 0.5 else r0 + (after - r0) * (x - 0.5)
+                sub.append((t0 + j, max(v, 0.0)))
+        return sub
+
+    return derived(out, "f", (60, 300), windows)
 
 
 def poisson(rng, lam):
@@ -108,22 +113,14 @@ def poisson(rng, lam):
 
 
 def noisy(out):
-    spec = []
-    for name, cap in SERIES:
-        rows = read_rates(os.path.join(DEV, name + ".csv"))
+    def windows(name, rows, step):
         width = rows[1][0] - rows[0][0]
-        for step in (60, 300):
-            # A fixed seed per file: the same set on every machine (Python's generator is
-            # stable across versions for random() and gauss()).
-            rng = random.Random(f"{name}-p{step}")
-            sub = []
-            for t0, r in rows:
-                for j in range(0, int(width), step):
-                    sub.append((t0 + j, poisson(rng, r * step) / step))
-            path = os.path.join(out, f"{name}-p{step}.csv")
-            write_rates(path, sub)
-            spec.append(f"{path}:{cap}:5")
-    return spec
+        # A fixed seed per file: the same set on every machine (Python's generator is
+        # stable across versions for random() and gauss()).
+        rng = random.Random(f"{name}-p{step}")
+        return [(t0 + j, poisson(rng, r * step) / step) for t0, r in rows for j in range(0, int(width), step)]
+
+    return derived(out, "p", (60, 300), windows)
 
 
 def alt(_out):

@@ -2,9 +2,9 @@
 //!
 //! - **Request log**, header `TIMESTAMP,ContextTokens,GeneratedTokens` (the Azure LLM inference
 //!   format): one request per row, `TIMESTAMP` = `YYYY-MM-DD HH:MM:SS` with an optional fraction
-//!   of any number of digits, no zone (also read: a `T` for the space and a zone, `Z` or
-//!   `±HH:MM`, which puts the row in UTC). t0 = the earliest timestamp with its fraction dropped; a
-//!   request arrives in second `s = floor(ts − t0)`, which is exactly "whole seconds of `ts`
+//!   of any number of digits, no zone (also read: a `T` for the space and a zone, `Z`,
+//!   `±HH:MM`, `±HHMM` or `±HH`, which puts the row in UTC). t0 = the earliest timestamp with
+//!   its fraction dropped; a request arrives in second `s = floor(ts − t0)`, which is exactly "whole seconds of `ts`
 //!   minus whole seconds of t0" (the fraction of `ts` is in `[0, 1)`), so no floating point is
 //!   involved. Rows may be in any order. `T = last s + 1`.
 //! - **Rate series**, header `window_start_s,rate_rps`: a piecewise-constant rate. Window `i`
@@ -393,7 +393,7 @@ fn digits(s: &str) -> Option<i64> {
     s.parse().ok()
 }
 
-/// Splits an explicit zone off the end of a time of day: `Z`, `±HH:MM` or `±HHMM` (what
+/// Splits an explicit zone off the end of a time of day: `Z`, `±HH:MM`, `±HHMM` or `±HH` (what
 /// pandas, ISO 8601 and some exports of the Azure logs append). Returns the time without it and
 /// the zone's offset from UTC in seconds (0 with no zone).
 fn split_zone(time: &str) -> Result<(&str, i64), &'static str> {
@@ -413,17 +413,18 @@ fn split_zone(time: &str) -> Result<(&str, i64), &'static str> {
         // would panic).
         None if z.len() == 4 && z.bytes().all(|b| b.is_ascii_digit()) => z.split_at(2),
         None if z.len() == 2 => (z, "00"),
-        None => return Err("zone is not Z, ±HH:MM or ±HHMM"),
+        None => return Err("zone is not Z, ±HH:MM, ±HHMM or ±HH"),
     };
     match (h.len() == 2 && m.len() == 2, digits(h), digits(m)) {
         (true, Some(h), Some(m)) if h <= 23 && m <= 59 => Ok((t, sign * (h * 3600 + m * 60))),
-        _ => Err("zone is not Z, ±HH:MM or ±HHMM"),
+        _ => Err("zone is not Z, ±HH:MM, ±HHMM or ±HH"),
     }
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.f…]` → whole seconds since 0000-03-01 00:00:00 (fraction dropped).
 /// Also read, beyond REPLAY.md's format, as other exports of the same logs write it: a `T`
-/// between date and time, and an explicit zone (`Z`, `±HH:MM`), the time then taken in UTC.
+/// between date and time, and an explicit zone (`Z`, `±HH:MM`, `±HHMM`, `±HH`), the time then
+/// taken in UTC.
 fn parse_timestamp(s: &str) -> Result<i64, &'static str> {
     let (date, time) = s.split_once([' ', 'T']).ok_or("no space or `T` between date and time")?;
     let (time, offset) = split_zone(time)?;

@@ -586,73 +586,63 @@ fn a_grid_finer_than_the_horizon_is_planned_as_an_unknown_future() {
 
 #[test]
 fn on_a_fine_grid_a_drain_counts_the_replicas_already_warming() {
-    // 10-minute windows at 100 ± 1 req/s (replicas of 10 req/s), then a step to 160 req/s.
-    // At W = 900 s (a grid finer than W) the first drain order is still warming when the
-    // next decisions see the backlog grow: projected with those replicas serving from their
-    // ready second, the backlog left for a new order is what they do not clear, and the
-    // planner orders less than one that forgets them. At W = 600 s (a coarse grid) the
-    // projection is the plain one either way.
-    for (w, fine) in [(900.0, true), (600.0, false)] {
-        let mu = 10.0;
-        let mut p = planner_at(mu, w);
-        p.cfg.max_replicas = 1000;
-        // A fleet as REPLAY.md runs it: (ready second, count) of the replicas warming.
-        let (mut ready, mut warming, mut backlog) = (10u32, Vec::<(f64, u32)>::new(), 0.0f64);
-        let step_at = 4.0 * 3600.0;
-        let mut t = 0.0;
-        let mut checked = false;
-        while t < step_at + 600.0 {
-            let warm: u32 = warming.iter().map(|x| x.1).sum();
-            if t > step_at + 300.0 && warm > 0 && backlog > 0.0 && !checked {
-                checked = true;
-                assert_eq!(p.fine_window_start(t).is_some(), fine, "W = {w}");
-                let mut forgetful = p.clone();
-                forgetful.own_orders = orders::OwnOrders::default();
-                let counted = p.clone().plan(t, ready, warm).desired;
-                let plain = forgetful.plan(t, ready, warm).desired;
-                if fine {
-                    assert!(counted < plain, "W = {w}: {counted} with the warming replicas, {plain} without");
-                    // Still enough for the step and more than the fleet there is.
-                    assert!(counted >= 16 && counted > ready + warm - 1, "W = {w}: {counted}");
-                } else {
-                    assert_eq!(counted, plain, "W = {w}");
-                }
-            }
-            let d = p.plan(t, ready, warm).desired;
-            let n = ready + warm;
-            if d > n {
-                warming.push((t + w, d - n));
-            } else {
-                let mut cut = n - d;
-                while cut > 0 {
-                    match warming.last_mut() {
-                        Some(last) if last.1 > cut => {
-                            last.1 -= cut;
-                            cut = 0;
-                        }
-                        Some(_) => {
-                            cut -= warming.pop().unwrap().1;
-                        }
-                        None => {
-                            ready -= cut;
-                            cut = 0;
-                        }
-                    }
-                }
-            }
-            // (±1 req/s from window to window, so that each boundary is a change.)
-            let wobble = if (t / 600.0).floor() as i64 % 2 == 0 { 1.0 } else { -1.0 };
-            let rate = wobble + if t < step_at { 100.0 } else { 160.0 };
-            for s in 0..15 {
-                let now = t + s as f64;
-                ready += warming.iter().filter(|x| x.0 <= now).map(|x| x.1).sum::<u32>();
-                warming.retain(|x| x.0 > now);
-                backlog = (backlog + rate - f64::from(ready) * mu).max(0.0);
-            }
-            p.observe(t + 15.0, 15.0, rate * 15.0, backlog);
-            t += 15.0;
+    // 10-minute windows at 100 ± 1 req/s (replicas of 10 req/s), then a step to 160 req/s,
+    // replayed by the simulator. At W = 900 s (a grid finer than W) the first drain order is
+    // still warming when the next decisions see the backlog grow: projected with those
+    // replicas serving from their ready second, the backlog left for a new order is what they
+    // do not clear, and the planner orders less than one that forgets them. At W = 600 s (a
+    // coarse grid) the projection is the plain one either way.
+    /// The planner as `PrescalePolicy` drives it, comparing at the first decision after the
+    /// step with a backlog and replicas warming (`(fine grid, counted, plain, fleet)`).
+    struct Probe {
+        p: Planner,
+        fed: usize,
+        after: u64,
+        seen: Option<(bool, u32, u32, u32)>,
+    }
+    impl crate::policy::Policy for Probe {
+        fn name(&self) -> &str {
+            "probe"
         }
-        assert!(checked, "W = {w}: no decision with a backlog and replicas warming");
+        fn decide(&mut self, obs: &crate::policy::Observation<'_>) -> u32 {
+            while self.fed < obs.now as usize {
+                let s = self.fed;
+                self.p.observe(s as f64 + 1.0, 1.0, obs.arrivals[s], obs.backlog[s]);
+                self.fed += 1;
+            }
+            let t = obs.now as f64;
+            let backlog = obs.backlog.last().copied().unwrap_or(0.0);
+            if obs.now > self.after && obs.warming > 0 && backlog > 0.0 && self.seen.is_none() {
+                let mut forgetful = self.p.clone();
+                forgetful.own_orders = orders::OwnOrders::default();
+                let counted = self.p.clone().plan(t, obs.ready, obs.warming).desired;
+                let plain = forgetful.plan(t, obs.ready, obs.warming).desired;
+                let fleet = obs.ready + obs.warming;
+                self.seen = Some((self.p.fine_window_start(t).is_some(), counted, plain, fleet));
+            }
+            self.p.plan(t, obs.ready, obs.warming).desired
+        }
+    }
+    let step = 24; // windows: four hours, then the step
+                   // (±1 req/s from window to window, so that each boundary is a change.)
+    let rates: Vec<f64> =
+        (0..step + 2).map(|k| if k % 2 == 0 { 1.0 } else { -1.0 } + if k < step { 100.0 } else { 160.0 }).collect();
+    let trace = crate::trace::trace_from_rates(600, &rates);
+    for (w, fine) in [(900u64, true), (600, false)] {
+        let mut sc = scenario_defaults(&trace, 10.0, w, 5.0, 15, 0, None, None);
+        sc.max_replicas = 1000;
+        let p = Planner::new(PrescalePolicy::config_for(&sc)).unwrap();
+        let mut probe = Probe { p, fed: 0, after: step as u64 * 600 + 300, seen: None };
+        simulate(&trace, &sc, &mut probe, None);
+        let (on_fine, counted, plain, fleet) = probe.seen.expect("a decision with a backlog and replicas warming");
+        assert_eq!(on_fine, fine, "W = {w}");
+        if fine {
+            assert!(counted < plain, "W = {w}: {counted} with the warming replicas, {plain} without");
+            // Still enough for the step and no less than the fleet there is.
+            assert!(counted >= 16 && counted >= fleet, "W = {w}: {counted} for a fleet of {fleet}");
+        } else {
+            assert_eq!(counted, plain, "W = {w}");
+        }
     }
 }
 
