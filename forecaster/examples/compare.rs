@@ -99,7 +99,7 @@ fn main() -> ExitCode {
     };
     let sc = scenario_defaults(&tr, a.capacity, a.warmup, a.slo, INTERVAL, 0, None, None);
     let mut pre = match PrescalePolicy::new(&sc) {
-        Ok(p) => p.record_reasons(a.range.is_some()),
+        Ok(p) => p.record_reasons(a.range.is_some()).record_margins(a.range),
         Err(e) => {
             eprintln!("compare: {e}");
             return ExitCode::FAILURE;
@@ -160,9 +160,19 @@ fn main() -> ExitCode {
     );
 
     if let Some((from, to)) = a.range {
-        println!("\ndecisions {from}..={to} s (ready / warming after the decision; backlog at the interval's end)");
+        println!("\ndecisions {from}..={to} s (ready / warming after the decision; backlog at the interval's end;");
+        println!("a `follows` line whenever the margin the planner follows changes)");
+        let margins: std::collections::HashMap<u64, Option<&str>> =
+            pre.margins().iter().map(|(t, m)| (*t, m.as_deref())).collect();
+        let mut followed: Option<Option<&str>> = None;
         for (k, &(t, d)) in p.plan.iter().enumerate().filter(|(_, x)| (from..=to).contains(&x.0)) {
             let why = pre.reasons().get(k).map(|x| x.2.as_str()).unwrap_or("");
+            if let Some(&m) = margins.get(&t) {
+                if followed != Some(m) {
+                    println!("  {t:>9} follows: {}", m.unwrap_or("(no margin yet: the young planner's default)"));
+                    followed = Some(m);
+                }
+            }
             println!(
                 "  {t:>9} arr {:>8.2} late {:>7.1} | pre {d:>5} = {:>5} + {:>5} b {:>9.1} | rea {:>5} = {:>5} + {:>5} b {:>9.1} | {why}",
                 p.arrivals[k],

@@ -14,6 +14,8 @@ pub struct PrescalePolicy {
     last: Option<Decision>,
     keep_reasons: bool,
     reasons: Vec<(u64, u32, String)>,
+    margin_range: Option<(u64, u64)>,
+    margins: Vec<(u64, Option<String>)>,
 }
 
 impl PrescalePolicy {
@@ -38,7 +40,15 @@ impl PrescalePolicy {
     }
 
     pub fn with_config(cfg: PlannerConfig) -> Result<Self, PlannerError> {
-        Ok(PrescalePolicy { planner: Planner::new(cfg)?, fed: 0, last: None, keep_reasons: false, reasons: Vec::new() })
+        Ok(PrescalePolicy {
+            planner: Planner::new(cfg)?,
+            fed: 0,
+            last: None,
+            keep_reasons: false,
+            reasons: Vec::new(),
+            margin_range: None,
+            margins: Vec::new(),
+        })
     }
 
     /// Keep `(t, desired, reason)` of every decision (for plan CSVs with a reason column).
@@ -49,6 +59,18 @@ impl PrescalePolicy {
 
     pub fn reasons(&self) -> &[(u64, u32, String)] {
         &self.reasons
+    }
+
+    /// Keep the margin each decision in `from..=to` (seconds) followed
+    /// ([`Planner::followed_margin`]), for reading a scenario decision by decision.
+    pub fn record_margins(mut self, range: Option<(u64, u64)>) -> Self {
+        self.margin_range = range;
+        self
+    }
+
+    /// `(t, margin)` of every decision in the `record_margins` range, in time order.
+    pub fn margins(&self) -> &[(u64, Option<String>)] {
+        &self.margins
     }
 
     pub fn planner(&self) -> &Planner {
@@ -76,6 +98,9 @@ impl Policy for PrescalePolicy {
         let desired = d.desired;
         if self.keep_reasons {
             self.reasons.push((obs.now, desired, d.reason.to_string()));
+        }
+        if self.margin_range.is_some_and(|(from, to)| (from..=to).contains(&obs.now)) {
+            self.margins.push((obs.now, self.planner.followed_margin()));
         }
         self.last = Some(d);
         desired

@@ -1277,7 +1277,15 @@ impl Planner {
                 } else {
                     desired = need;
                     if need == 0 {
-                        reason = Reason::ToZero { p_arrival: p, expected_idle_s: exp_idle.min(1e9) };
+                        let threshold = cand.wake_p();
+                        let why = if !threshold.is_finite() {
+                            ZeroWhy::NeverWakes
+                        } else if p < threshold {
+                            ZeroWhy::UnderWake { threshold }
+                        } else {
+                            ZeroWhy::NoNeed
+                        };
+                        reason = Reason::ToZero { p_arrival: p, expected_idle_s: exp_idle.min(1e9), why: Some(why) };
                     }
                 }
             }
@@ -1332,6 +1340,12 @@ impl Planner {
         }
         self.last_desired = desired;
         Decision { desired, reason, forecast: fc }
+    }
+
+    /// The margin the last decision followed, as `/debug` names it (`BudgetStats::margin`):
+    /// a candidate with its wake rule, or the status quo and why. Cheaper than `snapshot`.
+    pub fn followed_margin(&self) -> Option<String> {
+        self.budget_stats().margin
     }
 
     /// Serializable state for a debug page.

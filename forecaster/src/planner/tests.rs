@@ -51,8 +51,49 @@ fn a_reason_says_an_idle_time_is_unknown_rather_than_printing_its_sentinel() {
     let unknown = Reason::KeepAlive { p_arrival: 0.5, expected_idle_s: 1e9 }.to_string();
     assert!(unknown.contains("expected idle unknown (no idle spell this long seen yet)"), "{unknown}");
     assert!(!unknown.contains("1000000000"), "{unknown}");
-    let known = Reason::ToZero { p_arrival: 0.01, expected_idle_s: 1234.4 }.to_string();
-    assert!(known.contains("expected idle 1234s > W"), "{known}");
+    let known = Reason::ToZero { p_arrival: 0.01, expected_idle_s: 1234.4, why: None }.to_string();
+    assert!(known.contains("expected idle 1234s"), "{known}");
+}
+
+#[test]
+fn a_fleet_sent_to_zero_says_which_wake_threshold_the_arrival_probability_is_under() {
+    // A likely arrival and still zero reads as a bug unless the reason says why: the margin
+    // followed wakes only above its own threshold, or never ahead of arrivals.
+    let to_zero = |p: f64, why| Reason::ToZero { p_arrival: p, expected_idle_s: 600.0, why: Some(why) }.to_string();
+    let under = to_zero(0.7, ZeroWhy::UnderWake { threshold: 0.8 });
+    assert!(under.contains("P(arrival within W)=0.70 under the followed margin's wake threshold 0.80"), "{under}");
+    let never = to_zero(1.0, ZeroWhy::NeverWakes);
+    assert!(never.contains("does not wake ahead of arrivals"), "{never}");
+    let none = to_zero(0.4, ZeroWhy::NoNeed);
+    assert!(none.contains("asks for no replica"), "{none}");
+    // The field is new: a reason serialized before it still reads.
+    let old: Reason = serde_json::from_str(r#"{"ToZero":{"p_arrival":0.1,"expected_idle_s":5.0}}"#).unwrap();
+    assert_eq!(old, Reason::ToZero { p_arrival: 0.1, expected_idle_s: 5.0, why: None });
+}
+
+#[test]
+fn a_planner_at_zero_names_why_a_likely_arrival_did_not_wake_it() {
+    // Every decision that sends the fleet to zero says what its margin made of P(arrival):
+    // under the margin's threshold, never woken ahead, or woken to nothing.
+    let mut p = planner(60.0);
+    let (mut seen, mut ready) = (0, 0);
+    for k in 1..4000u32 {
+        let t = f64::from(k) * 15.0;
+        // Ten minutes of 3 req/s every hour, idle otherwise.
+        let rate = if (t % 3600.0) < 600.0 { 3.0 } else { 0.0 };
+        p.observe(t, 15.0, rate * 15.0, 0.0);
+        let d = p.plan(t, ready, 0);
+        ready = d.desired;
+        if let Reason::ToZero { p_arrival, why, .. } = d.reason {
+            seen += 1;
+            match why {
+                Some(ZeroWhy::UnderWake { threshold }) => assert!(p_arrival < threshold, "{p_arrival} {threshold}"),
+                Some(ZeroWhy::NeverWakes | ZeroWhy::NoNeed) => {}
+                None => panic!("a live decision always says why: {}", d.reason),
+            }
+        }
+    }
+    assert!(seen > 0, "the idle hours send the fleet to zero");
 }
 
 #[test]

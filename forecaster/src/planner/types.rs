@@ -164,9 +164,13 @@ pub enum Reason {
         p_arrival: f64,
         expected_idle_s: f64,
     },
+    /// To (or staying at) zero, no keep-alive paying off; `why` says what the margin followed
+    /// made of `p_arrival` (absent in reasons serialized before it was added).
     ToZero {
         p_arrival: f64,
         expected_idle_s: f64,
+        #[serde(default)]
+        why: Option<ZeroWhy>,
     },
     Wake {
         in_s: f64,
@@ -187,6 +191,20 @@ pub enum Reason {
     Bound {
         limit: u32,
     },
+}
+
+/// Why a fleet goes to (or stays at) zero whatever the arrival probability: what the margin
+/// followed makes of it. A likely arrival and a fleet at zero otherwise read as a fault on
+/// `/debug`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum ZeroWhy {
+    /// The arrival probability is under the margin's wake threshold.
+    UnderWake { threshold: f64 },
+    /// The margin never wakes a fleet ahead of arrivals (it is woken by them).
+    NeverWakes,
+    /// The margin wakes at this probability but asks for nothing (a standing level decayed
+    /// to nothing, or gated off on a grid).
+    NoNeed,
 }
 
 /// An expected idle time in a reason: seconds, or unknown when no idle spell as long as the
@@ -228,8 +246,17 @@ impl fmt::Display for Reason {
             Reason::KeepAlive { p_arrival, expected_idle_s } => {
                 write!(f, "keep alive: P(arrival within W)={p_arrival:.2}, expected idle {}", Idle(*expected_idle_s))
             }
-            Reason::ToZero { p_arrival, expected_idle_s } => {
-                write!(f, "to zero: P(arrival within W)={p_arrival:.2}, expected idle {} > W", Idle(*expected_idle_s))
+            Reason::ToZero { p_arrival, expected_idle_s, why } => {
+                write!(f, "to zero: P(arrival within W)={p_arrival:.2}")?;
+                match why {
+                    Some(ZeroWhy::UnderWake { threshold }) => {
+                        write!(f, " under the followed margin's wake threshold {threshold:.2}")?
+                    }
+                    Some(ZeroWhy::NeverWakes) => write!(f, "; the followed margin does not wake ahead of arrivals")?,
+                    Some(ZeroWhy::NoNeed) => write!(f, "; the followed margin asks for no replica")?,
+                    None => {}
+                }
+                write!(f, ", expected idle {}", Idle(*expected_idle_s))
             }
             Reason::Wake { in_s, p_arrival } => write!(f, "wake: predicted arrival in {in_s:.0}s (p={p_arrival:.2})"),
             Reason::StatusQuo { replicas, rule, fallback } => {
