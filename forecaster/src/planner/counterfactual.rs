@@ -285,6 +285,12 @@ pub(super) struct Counterfactual {
     /// window's start), which its later orders in that window do not go below.
     pub(super) held: Vec<u32>,
     pub(super) held_window: f64,
+    /// On a grid finer than W: each candidate's largest order of about the last W (the
+    /// order and when it was placed; it lapses W later, to the order of that decision), and
+    /// until when its late hold lasts (W after its last decision that saw requests served
+    /// late), as the real planner's late hold (`Planner::scale_in_hold`).
+    pub(super) recent_top: Vec<(u32, f64)>,
+    pub(super) late_until: Vec<f64>,
 }
 
 impl Counterfactual {
@@ -303,12 +309,24 @@ impl Counterfactual {
             started: false,
             held: vec![0; CF_N],
             held_window: f64::NAN,
+            recent_top: vec![(0, f64::NEG_INFINITY); CF_N],
+            late_until: vec![f64::NEG_INFINITY; CF_N],
         }
     }
 
     /// Place every candidate's order for decision snapshot `s`.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn push(&mut self, s: &OrderSnap, min_spacing: f64, w: f64, mu: f64, eps: f64, max_r: f64, n0: u32) {
+    pub(super) fn push(
+        &mut self,
+        s: &OrderSnap,
+        min_spacing: f64,
+        w: f64,
+        mu: f64,
+        slo: f64,
+        eps: f64,
+        max_r: f64,
+        n0: u32,
+    ) {
         if !self.started {
             // Every candidate starts from the fleet the planner was handed.
             self.started = true;
@@ -340,6 +358,21 @@ impl Counterfactual {
             if s.window_start.is_some() {
                 r = r.max(self.held[i]);
                 self.held[i] = r;
+                // And its late hold: after a decision that sees its own requests served late,
+                // its largest order of the last W holds for W. Unpriced, the real planner's
+                // late hold on a fine grid was spend its followed candidate never showed, and
+                // the budget divided by that overhead left the margins too thin for the next
+                // step (ARCHITECTURE.md, session 39).
+                let (top, at) = self.recent_top[i];
+                if r >= top || s.t - at > w + 1e-9 {
+                    self.recent_top[i] = (r, s.t);
+                }
+                if self.backlog[i] > f64::from(self.ready[i]) * mu * slo {
+                    self.late_until[i] = s.t + w;
+                }
+                if s.t < self.late_until[i] {
+                    r = r.max(self.recent_top[i].0);
+                }
             }
             *o = r;
             self.reps[i] = r;
@@ -508,6 +541,8 @@ impl Counterfactual {
                 + self.cost_s.capacity())
                 * 8
             + (self.reps.capacity() + self.ready.capacity() + self.held.capacity()) * 4
+            + self.recent_top.capacity() * std::mem::size_of::<(u32, f64)>()
+            + self.late_until.capacity() * 8
     }
 }
 

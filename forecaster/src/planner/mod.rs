@@ -698,7 +698,7 @@ impl Planner {
         let snap = self.order_snap(t, &fc);
         let spacing = (self.w / (CF_ORDERS_CAP as f64 - 32.0)).max(self.cfg.interval_s);
         let max_r = self.cfg.max_replicas;
-        self.cf.push(&snap, spacing, self.w, mu, 0.05 * mu, max_r as f64, n0);
+        self.cf.push(&snap, spacing, self.w, mu, self.cfg.slo_s, 0.05 * mu, max_r as f64, n0);
         self.shadow_decide(t);
     }
 

@@ -235,7 +235,7 @@ fn counterfactual_fleet_follows_the_replay_rules() {
     // removes replicas at once (the warming ones never serve).
     let mut cf = Counterfactual::new();
     let (w, mu, slo) = (60.0, 1.0, 5.0);
-    cf.push(&snap_at(0.0, 5.0), 15.0, w, mu, 0.05, 100.0, 0);
+    cf.push(&snap_at(0.0, 5.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
     for s in 0..60 {
         cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
     }
@@ -248,12 +248,12 @@ fn counterfactual_fleet_follows_the_replay_rules() {
     for s in 61..75 {
         cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
     }
-    cf.push(&snap_at(75.0, 8.0), 15.0, w, mu, 0.05, 100.0, 0);
+    cf.push(&snap_at(75.0, 8.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
     for s in 75..90 {
         cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
     }
     assert_eq!((cf.reps[0], cf.ready[0]), (8, 5));
-    cf.push(&snap_at(90.0, 6.0), 15.0, w, mu, 0.05, 100.0, 0);
+    cf.push(&snap_at(90.0, 6.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
     assert_eq!((cf.reps[0], cf.ready[0]), (6, 5));
     for s in 90..200 {
         cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
@@ -700,14 +700,50 @@ fn on_a_fine_grid_every_candidate_keeps_its_largest_order_until_the_window_chang
             s.window_start = fine.then_some(start);
             s
         };
-        cf.push(&at(0.0, 8.0, 0.0), 15.0, w, mu, 0.05, 100.0, 0);
+        cf.push(&at(0.0, 8.0, 0.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
         assert!(cf.reps.iter().all(|&r| r == 8));
-        cf.push(&at(15.0, 5.0, 0.0), 15.0, w, mu, 0.05, 100.0, 0);
+        cf.push(&at(15.0, 5.0, 0.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
         assert!(cf.reps.iter().all(|&r| r == if fine { 8 } else { 5 }), "fine {fine}: {:?}", cf.reps);
         // The 8 ordered at 0 are still warming (W = 900 s): held, none was cancelled.
         assert_eq!(cf.orders.back().unwrap().1[0], if fine { 8 } else { 5 });
-        cf.push(&at(600.0, 5.0, 600.0), 15.0, w, mu, 0.05, 100.0, 0);
+        cf.push(&at(600.0, 5.0, 600.0), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
         assert!(cf.reps.iter().all(|&r| r == 5), "fine {fine}: {:?}", cf.reps);
+    }
+}
+
+#[test]
+fn on_a_fine_grid_a_candidate_that_served_requests_late_holds_its_largest_order_for_w() {
+    // The real planner's late hold, priced in every candidate's replay on a grid finer than W:
+    // after a decision that sees the candidate's own requests served late, its largest order
+    // of the last W stands for W, though the backlog is gone and the window's rate is lower.
+    // Without a late decision, or off such a grid, the order is the window's rate.
+    let (w, mu, slo) = (900.0, 1.0, 5.0);
+    for (fine, late) in [(true, true), (true, false), (false, true)] {
+        let mut cf = Counterfactual::new();
+        let at = |t: f64, current: f64| {
+            let mut s = snap_at(t, current);
+            s.window_start = fine.then_some((t / 60.0).floor() * 60.0);
+            s
+        };
+        // Eight replicas ready; 15 s of 60 req/s leaves 780 requests queued (late: more than
+        // 8 replicas clear in the SLO), or the same 15 s at 8 req/s, all served.
+        cf.push(&at(0.0, 8.0), 15.0, w, mu, slo, 0.05, 100.0, 8);
+        cf.observe(0.0, 15.0, if late { 900.0 } else { 120.0 }, w, mu, slo);
+        assert_eq!(cf.backlog[0] > 8.0 * mu * slo, late);
+        cf.push(&at(15.0, 8.0), 15.0, w, mu, slo, 0.05, 100.0, 8);
+        let drain_order = cf.reps[0];
+        // Ten idle minutes: the queue drains.
+        cf.observe(15.0, 600.0, 0.0, w, mu, slo);
+        assert_eq!(cf.backlog[0], 0.0);
+        cf.push(&at(615.0, 3.0), 15.0, w, mu, slo, 0.05, 100.0, 8);
+        let held = fine && late;
+        assert_eq!(cf.reps[0], if held { drain_order } else { 3 }, "fine {fine}, late {late}");
+        if held {
+            assert!(drain_order > 8, "the late decision ordered a drain: {drain_order}");
+        }
+        // W after the late decision (and after that order), the hold has lapsed.
+        cf.push(&at(1_000.0, 3.0), 15.0, w, mu, slo, 0.05, 100.0, 8);
+        assert_eq!(cf.reps[0], 3, "fine {fine}, late {late}");
     }
 }
 
@@ -1307,7 +1343,7 @@ fn a_standing_level_keeps_the_ready_replicas_the_current_demand_uses() {
     let levels = CF_NQ * CF_WAKES.len()..CF_N;
     for (fleet, want) in [(10u32, 10u32), (4, 4)] {
         let mut cf = Counterfactual::new();
-        cf.push(&snap_at(0.0, fleet as f64), 15.0, w, mu, 0.05, 100.0, 0);
+        cf.push(&snap_at(0.0, fleet as f64), 15.0, w, mu, 5.0, 0.05, 100.0, 0);
         for s in 0..75 {
             cf.observe(s as f64, 1.0, 0.0, w, mu, slo);
         }
@@ -1316,7 +1352,7 @@ fn a_standing_level_keeps_the_ready_replicas_the_current_demand_uses() {
         s.regime = Regime::Generic;
         s.level = 0.5;
         s.peak = [1.0, 1.0];
-        cf.push(&s, 15.0, w, mu, 0.05, 100.0, 0);
+        cf.push(&s, 15.0, w, mu, 5.0, 0.05, 100.0, 0);
         for i in levels.clone() {
             assert!(cf.reps[i] >= want, "{} sheds to {} with {fleet} ready", Cand::from_index(i), cf.reps[i]);
         }
