@@ -6,7 +6,8 @@
 For every set logged in both directories, prints each scenario whose prescale attainment or
 GPU-hours changed (variants too, from the dev log's per-scenario lines), marks a scenario that
 starts or stops passing rule 1 (attainment ≥ reactive's and GPU-hours ≤ reactive's) as NEWLOSS
-or NEWWIN, and prints the rule-2 lines that changed. Exits 1 when any scenario is a NEWLOSS,
+or NEWWIN, prints the rule-2 lines that changed, and ends with the count of rule-1 losses
+over every set before and after (variant scenarios included). Exits 1 when any scenario is a NEWLOSS,
 2 when a log holds no scenario rows (a crashed run or a changed table).
 """
 
@@ -44,7 +45,14 @@ def parse(path):
             m = ROW.match(line)
             if m:
                 vals = tuple(float(m.group(i)) for i in (3, 4, 5, 6))
-                rows[(m.group(1), int(m.group(2)))] = vals + (m.group(7) == "pass",)
+                # A set may replay one trace at several settings (`alt`: other capacities and
+                # SLOs); the second row of the same trace and W is "trace#2", and so on.
+                key = (m.group(1), int(m.group(2)))
+                k = 1
+                while key in rows:
+                    k += 1
+                    key = (f"{m.group(1)}#{k}", int(m.group(2)))
+                rows[key] = vals + (m.group(7) == "pass",)
                 continue
             m = VARIANT.match(line)
             if m:
@@ -76,7 +84,8 @@ def main():
         print(__doc__.strip(), file=sys.stderr)
         return 2
     before, after = sys.argv[1], sys.argv[2]
-    new_losses = 0
+    new_losses = new_wins = 0
+    lost_before = lost_after = 0
     for fa in sorted(glob.glob(os.path.join(before, "*.log"))):
         name = os.path.basename(fa)[:-4]
         if name == "build":
@@ -91,6 +100,8 @@ def main():
             if not rows:
                 print(f"scorecard-diff: no scenario rows in {path}", file=sys.stderr)
                 return 2
+        lost_before += sum(1 for k in ra if k in rb and not passes(ra[k]))
+        lost_after += sum(1 for k in rb if k in ra and not passes(rb[k]))
         for key in sorted(ra):
             if key not in rb:
                 continue
@@ -101,7 +112,7 @@ def main():
             if passes(a) and not passes(b):
                 flag, new_losses = "NEWLOSS", new_losses + 1
             elif passes(b) and not passes(a):
-                flag = "NEWWIN"
+                flag, new_wins = "NEWWIN", new_wins + 1
             gpu = 100.0 * (b[1] - a[1]) / max(a[1], EPS)
             print(
                 f"{name:10} {key[0]:42} W={key[1]:<3} att {a[0]:8.3f} -> {b[0]:8.3f} ({b[0] - a[0]:+7.3f})"
@@ -110,6 +121,10 @@ def main():
         for x, y in zip(la, lb):
             if x != y:
                 print(f"{name:10} before: {x}\n{name:10} after:  {y}")
+    print(
+        f"rule-1 losses over every set: {lost_before} -> {lost_after}"
+        f" ({new_losses} new, {new_wins} no longer)"
+    )
     return 1 if new_losses else 0
 
 
