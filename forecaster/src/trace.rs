@@ -4,9 +4,9 @@
 //!   format): one request per row, `TIMESTAMP` = `YYYY-MM-DD HH:MM:SS` with an optional fraction
 //!   of any number of digits, no zone (also read: a `T` for the space and a zone, `Z`,
 //!   `±HH:MM`, `±HHMM` or `±HH`, which puts the row in UTC). t0 = the earliest timestamp with
-//!   its fraction dropped; a request arrives in second `s = floor(ts − t0)`, which is exactly "whole seconds of `ts`
-//!   minus whole seconds of t0" (the fraction of `ts` is in `[0, 1)`), so no floating point is
-//!   involved. Rows may be in any order. `T = last s + 1`.
+//!   its fraction dropped; a request arrives in second `s = floor(ts − t0)`, which is exactly
+//!   "whole seconds of `ts` minus whole seconds of t0" (the fraction of `ts` is in `[0, 1)`),
+//!   so no floating point is involved. Rows may be in any order. `T = last s + 1`.
 //! - **Rate series**, header `window_start_s,rate_rps`: a piecewise-constant rate. Window `i`
 //!   covers `[start_i, start_{i+1})`; the last window has the width of the first one
 //!   (`start_1 − start_0`). `a(s)` = the rate of the window holding `s`, with `s` counted from the

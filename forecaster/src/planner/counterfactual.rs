@@ -242,6 +242,13 @@ pub(super) fn projection_rate(s: &OrderSnap, ready: u32) -> f64 {
     }
 }
 
+/// Whether a decision sees requests served late: a backlog more than `ready` replicas of
+/// capacity `mu` clear within the SLO. It starts the late hold, in the real planner and in
+/// every candidate's replay alike (`Planner::scale_in_hold`, `Counterfactual::push`).
+pub(super) fn served_late(backlog: f64, ready: u32, mu: f64, slo: f64) -> bool {
+    backlog > f64::from(ready) * mu * slo
+}
+
 /// Seconds a backlog is drained over once the replicas ordered for it are ready: the SLO, a
 /// tenth of W if longer, and at least `min_s`.
 pub(super) fn drain_seconds(slo: f64, w: f64, min_s: f64) -> f64 {
@@ -367,7 +374,7 @@ impl Counterfactual {
                 if r >= top || s.t - at > w + 1e-9 {
                     self.recent_top[i] = (r, s.t);
                 }
-                if self.backlog[i] > f64::from(self.ready[i]) * mu * slo {
+                if served_late(self.backlog[i], self.ready[i], mu, slo) {
                     self.late_until[i] = s.t + w;
                 }
                 if s.t < self.late_until[i] {

@@ -1218,7 +1218,7 @@ impl Planner {
             // follows spends. But on any grid, after requests were served late (the backlog is
             // more than the ready fleet clears within the SLO), the needs of the next W are
             // held whatever the margin and the budget (see `scale_in_hold`).
-            if b > f64::from(ready) * mu * self.cfg.slo_s {
+            if served_late(b, ready, mu, self.cfg.slo_s) {
                 self.late_until = t + self.w;
             }
             let hold_s = self.scale_in_hold(cand, t);
