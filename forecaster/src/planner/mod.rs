@@ -248,6 +248,9 @@ pub struct Planner {
     /// Until when needs are held against a scale-in after requests were served late on a
     /// window grid (see `scale_in_hold`).
     late_until: f64,
+    /// On a coarse grid, the backlog now draining built up while no replica was ready (a cold
+    /// start): its needs are held while it lasts, and not for W after (see `scale_in_hold`).
+    cold_start_drain: bool,
     /// Slower mean arrival rate, time constant `REVERSION_TAU_S`: the level a change point's
     /// dip is measured from.
     base: RateMean,
@@ -418,6 +421,7 @@ impl Planner {
             base: RateMean::new(REVERSION_TAU_S),
             level_t: 0.0,
             late_until: f64::NEG_INFINITY,
+            cold_start_drain: false,
             rate_1m: RateMean::new(RATE_1M_TAU_S),
             first_n: None,
             peak: [0.0; 2],
@@ -1077,6 +1081,14 @@ impl Planner {
     /// Off a grid the hold is unchanged: on bursty request logs holding a standing level's
     /// needs after each late burst spent the budget that cheaper margins then missed with.
     ///
+    /// A cold start's backlog on a coarse grid (one that built up while no replica was ready)
+    /// holds the needs while it drains, not for W after: no margin fell short there, the
+    /// fleet ordered for it is the drain of everything queued over a warm-up (often the
+    /// `maxReplicas` bound), and the next window's step is the forecast's to order. Held for
+    /// W, that fleet was most of a sparse client's spend, and the budget, divided by the
+    /// overhead over the candidate followed, left the margins too thin for the next steps
+    /// (ARCHITECTURE.md, session 40).
+    ///
     /// On a coarse grid every need placed within W + I of the next change point (an order for
     /// the next window) is also held until that change point, whatever the budget and the
     /// margin chosen since: between change points the current window's rate is known and
@@ -1087,7 +1099,7 @@ impl Planner {
     /// On a grid finer than W every need placed since the current window began is held until
     /// the next change point, for the same reason (see `fine_window_start`).
     fn scale_in_hold(&self, cand: Cand, t: f64) -> f64 {
-        let hold = if self.grid.period().is_some() && t < self.late_until {
+        let hold = if self.grid.period().is_some() && (t < self.late_until || self.cold_start_drain) {
             self.w
         } else if self.spent() || self.coarse_grid() || cand.level > 0 {
             0.0
@@ -1218,7 +1230,10 @@ impl Planner {
             // follows spends. But on any grid, after requests were served late (the backlog is
             // more than the ready fleet clears within the SLO), the needs of the next W are
             // held whatever the margin and the budget (see `scale_in_hold`).
-            if served_late(b, ready, mu, self.cfg.slo_s) {
+            // A backlog that builds up while no replica is ready is a cold start's, on a
+            // coarse grid, until it is gone: the late hold does not outlast its drain there.
+            self.cold_start_drain = self.coarse_grid() && b > 0.0 && (ready == 0 || self.cold_start_drain);
+            if served_late(b, ready, mu, self.cfg.slo_s) && !self.cold_start_drain {
                 self.late_until = t + self.w;
             }
             let hold_s = self.scale_in_hold(cand, t);

@@ -786,6 +786,28 @@ fn windows_as_long_as_the_warm_up_are_a_coarse_grid_and_hold_the_next_windows_or
     }
 }
 
+/// 10-minute windows alternating between 150 and 170 req/s.
+fn alternating_windows(t: f64) -> f64 {
+    if (t / 600.0).floor() as i64 % 2 == 0 {
+        150.0
+    } else {
+        170.0
+    }
+}
+
+/// A planner of 10 req/s per replica at warm-up `w`, an hour into `alternating_windows`
+/// served by twenty ready replicas with no backlog, and the time of its next decision.
+fn an_hour_of_alternating_windows(w: f64) -> (Planner, f64) {
+    let mut p = planner_at(10.0, w);
+    let mut t = 0.0;
+    while t < 3600.0 {
+        p.plan(t, 20, 0);
+        p.observe(t + 15.0, 15.0, alternating_windows(t) * 15.0, 0.0);
+        t += 15.0;
+    }
+    (p, t)
+}
+
 #[test]
 fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // 10-minute windows planned at W = 180 s (a coarse grid: no hold between its change
@@ -793,16 +815,10 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     // replicas clear 1,000 requests within the SLO: a backlog of 400 is not late, one of
     // 2,000 is. After the late decision every margin's needs are held for W, then not.
     let w = 180.0;
-    let rate_at = |t: f64| if (t / 600.0).floor() as i64 % 2 == 0 { 150.0 } else { 170.0 };
-    let mut p = planner_at(10.0, w);
+    let rate_at = alternating_windows;
+    let (mut p, mut t) = an_hour_of_alternating_windows(w);
     let forecast = Cand { q: 6, wake: 0, level: 0 };
     let level = Cand { q: 0, wake: 0, level: 1 };
-    let mut t = 0.0;
-    while t < 3600.0 {
-        p.plan(t, 20, 0);
-        p.observe(t + 15.0, 15.0, rate_at(t) * 15.0, 0.0);
-        t += 15.0;
-    }
     assert!(p.coarse_grid());
     assert!(!p.spent());
     // A backlog the ready fleet clears within the SLO is no late episode.
@@ -828,6 +844,38 @@ fn on_a_grid_a_late_episode_holds_needs_for_w_under_any_margin_and_budget() {
     for c in [forecast, level] {
         assert_eq!(p.scale_in_hold(c, late_t + w - 15.0), w);
         assert_eq!(p.scale_in_hold(c, late_t + w), 0.0);
+    }
+}
+
+#[test]
+fn on_a_coarse_grid_a_cold_starts_backlog_holds_needs_while_it_drains_not_w_after() {
+    // The coarse grid of the test above (10-minute windows at W = 180 s, 10 req/s per
+    // replica, SLO 5 s). The same late backlog of 2,000 requests, met once by twenty ready
+    // replicas and once by none (a cold start): both hold every need while the backlog
+    // drains (500 left: no longer late, not gone), but only the warm episode holds for W
+    // after it; the cold start's drain fleet is released as soon as the queue is empty.
+    let w = 180.0;
+    let rate_at = alternating_windows;
+    let (p, t0) = an_hour_of_alternating_windows(w);
+    assert!(p.coarse_grid());
+    let forecast = Cand { q: 6, wake: 0, level: 0 };
+    // Decisions 15 s apart, far from the next change point (4,200 s; orders for it from
+    // 4,005 s), where a coarse grid holds nothing of its own.
+    for ready_when_late in [20, 0] {
+        let mut q = p.clone();
+        let mut t = t0;
+        let step = |q: &mut Planner, t: &mut f64, ready: u32, backlog: f64| {
+            q.observe(*t + 15.0, 15.0, rate_at(*t) * 15.0, backlog);
+            *t += 15.0;
+            q.plan(*t, ready, 0);
+            q.scale_in_hold(forecast, *t)
+        };
+        assert_eq!(step(&mut q, &mut t, ready_when_late, 2000.0), w, "late, {ready_when_late} ready");
+        assert_eq!(step(&mut q, &mut t, 20, 500.0), w, "draining, {ready_when_late} ready when late");
+        let after = step(&mut q, &mut t, 20, 0.0);
+        let cold = ready_when_late == 0;
+        assert_eq!(after, if cold { 0.0 } else { w }, "drained, {ready_when_late} ready when late");
+        assert!(!q.cold_start_drain);
     }
 }
 
