@@ -7,8 +7,8 @@ For every set logged in both directories, prints each scenario whose prescale at
 GPU-hours changed (variants too, from the dev log's per-scenario lines), marks a scenario that
 starts or stops passing rule 1 (attainment ≥ reactive's and GPU-hours ≤ reactive's) as NEWLOSS
 or NEWWIN, prints the rule-2 lines that changed, and ends with the count of rule-1 losses
-over every set before and after (variant scenarios included). Exits 1 when any scenario is a NEWLOSS,
-2 when a log holds no scenario rows (a crashed run or a changed table).
+over every set before and after (variant scenarios included). Exits 1 when any scenario is a
+NEWLOSS, 2 when a log holds no scenario rows (a crashed run or a changed table).
 """
 
 import glob
